@@ -1,0 +1,82 @@
+"""Cache-wide defaults and per-category policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._types import CacheOptions, EmbedMode, Mode
+
+__all__ = ["CacheConfig", "CategoryPolicy", "ResolvedPolicy"]
+
+
+class CategoryPolicy(BaseModel):
+    """How one prompt category is cached. ``None`` fields fall back to :class:`CacheConfig`.
+
+    ``threshold`` is a raw cosine (see :class:`~llmcache.Similarity`). ``bypass`` skips lookup
+    and storage but still validates, retries and records the call (dialogue categories in the
+    thesis bypass the cache this way).
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    embed: EmbedMode | None = None
+    mode: Mode | None = None
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+    modifier: Any = None
+    validator: Any = None
+    bypass: bool = False
+
+
+class CacheConfig(BaseModel):
+    """Defaults for every call, and the policies of named categories.
+
+    ``max_attempts`` is how many times an invalid answer is resubmitted on the requested model
+    (the thesis used 20); after that the request goes to ``superior_model`` for up to
+    ``escalation_attempts`` tries, if one is set. ``k`` is how many neighbours a lookup fetches
+    (more than one so that a corrupt or unusable best entry still leaves candidates).
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    mode: Mode = Mode.ONLINE
+    embed: EmbedMode = EmbedMode.KEYWORD
+    threshold: float = Field(default=0.9, ge=-1.0, le=1.0)
+    k: int = Field(default=4, ge=1)
+    max_attempts: int = Field(default=20, ge=1)
+    superior_model: str | None = None
+    escalation_attempts: int = Field(default=3, ge=0)
+    categories: dict[str, CategoryPolicy] = Field(default_factory=dict)
+
+    def resolve(self, options: CacheOptions) -> ResolvedPolicy:
+        """Merge call options over the category policy over the cache defaults."""
+        policy = self.categories.get(options.category, CategoryPolicy())
+        mode = options.mode or policy.mode or self.mode
+        return ResolvedPolicy(
+            mode=mode,
+            embed=options.embed or policy.embed or self.embed,
+            threshold=(
+                options.threshold
+                if options.threshold is not None
+                else policy.threshold
+                if policy.threshold is not None
+                else self.threshold
+            ),
+            modifier=options.modifier if options.modifier is not None else policy.modifier,
+            validator=options.validator if options.validator is not None else policy.validator,
+            bypass=policy.bypass and options.mode is None,
+        )
+
+
+class ResolvedPolicy(BaseModel):
+    """The policy in force for one call."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    mode: Mode
+    embed: EmbedMode
+    threshold: float
+    modifier: Any
+    validator: Any
+    bypass: bool

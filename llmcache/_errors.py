@@ -1,0 +1,73 @@
+"""The exception tree of llmcache.
+
+Every error the library raises on purpose derives from :class:`LLMCacheError`, so a caller
+can catch the whole family with one ``except``::
+
+    LLMCacheError
+    ├── ConfigurationError          bad options or arguments (e.g. keyword mode without keywords)
+    ├── EmbedderError               an embedder could not load or embed
+    │   └── EmbedderMismatchError   the cache on disk was built with another embedder / dimension
+    ├── StoreError                  the entry store or index failed (never raised into a caller's
+    │   │                           LLM call: store failures there are logged and counted)
+    │   └── CorruptEntryError       one stored entry cannot be decoded (becomes a counted miss)
+    ├── InvalidResponseError        the LLM kept answering invalidly after all retries and escalation
+    └── LocalServerError            the local OpenAI-compatible server could not start or is missing
+
+Errors raised by the wrapped ``openai`` client (``openai.APIError`` and friends) pass through
+unchanged: llmcache never hides or rewraps the provider's own failures.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "CorruptEntryError",
+    "EmbedderError",
+    "EmbedderMismatchError",
+    "InvalidResponseError",
+    "LLMCacheError",
+    "LocalServerError",
+    "StoreError",
+]
+
+
+class LLMCacheError(Exception):
+    """Root of every error llmcache raises on purpose."""
+
+
+class ConfigurationError(LLMCacheError, ValueError):
+    """Options or arguments that cannot work together."""
+
+
+class EmbedderError(LLMCacheError):
+    """An embedder failed to load its model or to embed texts."""
+
+
+class EmbedderMismatchError(EmbedderError):
+    """A cache directory was opened with an embedder other than the one that built it."""
+
+
+class StoreError(LLMCacheError):
+    """The entry store or the vector index failed."""
+
+
+class CorruptEntryError(StoreError):
+    """A stored entry could not be decoded; the cache drops it and counts a miss."""
+
+
+class InvalidResponseError(LLMCacheError):
+    """The LLM answered invalidly on every attempt, including the escalation attempts.
+
+    ``attempts`` counts every request sent; ``last_content`` is the last invalid answer and
+    ``last_error`` the validator's reason for refusing it.
+    """
+
+    def __init__(self, message: str, *, attempts: int, last_content: str | None, last_error: str):
+        super().__init__(message)
+        self.attempts = attempts
+        self.last_content = last_content
+        self.last_error = last_error
+
+
+class LocalServerError(LLMCacheError):
+    """The local LLM server binary or weights are missing, or the server did not become healthy."""

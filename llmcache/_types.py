@@ -1,0 +1,232 @@
+"""Data that crosses llmcache's boundaries: call options, stored entries, call reports.
+
+All of them are pydantic v2 models so that they validate on the way in and serialise to JSON
+(never pickle) on the way out.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from enum import Enum
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "CacheEntry",
+    "CacheOptions",
+    "CallInfo",
+    "Candidate",
+    "EmbedMode",
+    "Mode",
+    "Partition",
+    "Similarity",
+    "Usage",
+    "canonical_json",
+]
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted-key, compact JSON: the one text every hash in llmcache is taken over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+class Mode(str, Enum):
+    """How the cache answers a call.
+
+    - ``online``: a candidate at or above the category's threshold is a hit; otherwise the LLM
+      is called, the answer validated and stored.
+    - ``collect``: always call the LLM and store the answer (the data-gathering phase).
+    - ``serve``: answer with the best candidate whenever the table is non-empty (the thesis's
+      evaluation setting); an empty table falls back to a real call that is stored.
+    - ``off``: pass straight through; nothing is looked up or stored.
+    """
+
+    ONLINE = "online"
+    COLLECT = "collect"
+    SERVE = "serve"
+    OFF = "off"
+
+
+class EmbedMode(str, Enum):
+    """What text a prompt is embedded by.
+
+    - ``keyword``: the template's slot values joined with single spaces (the thesis's
+      keyword-only caching): ``"A B C"``.
+    - ``full``: a canonical text of *all* messages, system and user alike.
+    """
+
+    KEYWORD = "keyword"
+    FULL = "full"
+
+
+class Similarity(BaseModel):
+    """One similarity, on both scales in use.
+
+    ``cosine`` is the raw cosine in [-1, 1]; ``normalized`` is the thesis's min-max mapping
+    ``(cosine + 1) / 2`` in [0, 1]. **Thresholds in llmcache compare against ``cosine``.**
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    cosine: float
+
+    @property
+    def normalized(self) -> float:
+        return (self.cosine + 1.0) / 2.0
+
+    @classmethod
+    def from_normalized(cls, value: float) -> Similarity:
+        return cls(cosine=2.0 * value - 1.0)
+
+
+class Usage(BaseModel):
+    """Token counts of one request, and where they came from.
+
+    ``source`` is ``"api"`` when the server reported usage, otherwise the estimator used
+    (``"o200k_base"`` for the offline BPE tokenizer, ``"chars/4"`` for the thesis's rule).
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    source: str = "api"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        source = self.source if self.source == other.source else "mixed"
+        if self.total_tokens == 0:
+            source = other.source
+        elif other.total_tokens == 0:
+            source = self.source
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            source=source,
+        )
+
+
+class CacheOptions(BaseModel):
+    """What a caller tells the cache about one call (the ``cache=`` keyword of ``create``).
+
+    ``category`` names the prompt's template; ``agent`` who asks (tables are split by both).
+    ``keywords`` are the values that fill the template's slots: required in keyword mode.
+    ``options`` are the choices the prompt offers, used by the ``choose`` modifier.
+    ``metadata`` is free caller data (e.g. simulated time) that the recorder writes out.
+    Fields left ``None`` take the category's policy, then the cache's defaults.
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    category: str = Field(min_length=1)
+    agent: str = ""
+    keywords: tuple[str, ...] | None = None
+    options: tuple[str, ...] | None = None
+    embed: EmbedMode | None = None
+    mode: Mode | None = None
+    threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+    modifier: Any = None  # a Modifier; Any because Protocols are not pydantic types
+    validator: Any = None  # a Validator, a pydantic model class, or None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("keywords", "options", mode="before")
+    @classmethod
+    def _tuple(cls, value: Any) -> Any:
+        if value is None or isinstance(value, tuple):
+            return value
+        if isinstance(value, str):
+            # A lone string is almost always a bug (it would be split into characters).
+            return (value,)
+        return tuple(value)
+
+
+class Partition(BaseModel):
+    """One cache table: a category, an agent and the output-affecting request parameters."""
+
+    model_config = ConfigDict(frozen=True)
+
+    category: str
+    agent: str
+    params_hash: str
+    model: str = ""
+
+    @property
+    def key(self) -> str:
+        """A short stable identifier, safe in file names."""
+        digest = hashlib.sha256(
+            canonical_json([self.category, self.agent, self.params_hash]).encode()
+        ).hexdigest()
+        return digest[:24]
+
+
+class CacheEntry(BaseModel):
+    """One stored answer: what was asked, what was answered, and the vector it is found by."""
+
+    id: int = -1  # assigned by the store
+    partition: Partition
+    embed_text: str
+    embed_mode: EmbedMode
+    embedder_id: str
+    vector_b64: str  # float32 little-endian, base64: compact and exact, unlike a JSON float list
+    keywords: tuple[str, ...] | None = None
+    options: tuple[str, ...] | None = None
+    messages: list[dict[str, Any]]
+    content: str
+    completion: dict[str, Any]  # the ChatCompletion as JSON, to rebuild on a hit
+    usage: Usage
+    created_at: float = Field(default_factory=time.time)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @staticmethod
+    def encode_vector(vector: NDArray[np.float32]) -> str:
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+    def vector(self) -> NDArray[np.float32]:
+        return np.frombuffer(base64.b64decode(self.vector_b64), dtype="<f4").astype(np.float32)
+
+
+class Candidate(BaseModel):
+    """An entry found by a lookup, with its similarity to the query."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entry: CacheEntry
+    similarity: Similarity
+
+
+Outcome = Literal["hit", "miss", "collect", "bypass"]
+
+
+class CallInfo(BaseModel):
+    """How one answer was made, reported beside the (unmodified) ChatCompletion.
+
+    ``outcome``: ``hit`` (answered from the cache), ``miss`` (looked up, then called the LLM),
+    ``collect`` (called and stored without a lookup), ``bypass`` (not cached at all).
+    ``usage``/``cost_usd`` are what this call really spent (LLM attempts, revisions, query
+    embedding); ``avoided_usd`` is what a hit saved against calling the LLM.
+    """
+
+    outcome: Outcome
+    category: str | None = None
+    agent: str | None = None
+    partition_key: str | None = None
+    similarity: Similarity | None = None
+    threshold: float | None = None
+    modifier: str | None = None
+    entry_id: int | None = None
+    attempts: int = 0
+    escalated: bool = False
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    avoided_usd: float = 0.0
+    embed_text: str | None = None
+    corrupt_dropped: int = 0
+    store_failed: bool = False
+    latency_s: float = 0.0
