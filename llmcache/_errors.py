@@ -7,10 +7,10 @@ can catch the whole family with one ``except``::
     ├── ConfigurationError          bad options or arguments (e.g. keyword mode without keywords)
     ├── EmbedderError               an embedder could not load or embed
     │   └── EmbedderMismatchError   the cache on disk was built with another embedder / dimension
-    ├── StoreError                  the entry store or index failed (never raised into a caller's
+    ├── StoreError                  the entry store or index failed (never raised into an
     │   │                           LLM call: store failures there are logged and counted)
     │   └── CorruptEntryError       one stored entry cannot be decoded (becomes a counted miss)
-    ├── InvalidResponseError        the LLM kept answering invalidly after all retries and escalation
+    ├── InvalidResponseError        the LLM answered invalidly after every retry and escalation
     └── LocalServerError            the local OpenAI-compatible server could not start or is missing
 
 Errors raised by the wrapped ``openai`` client (``openai.APIError`` and friends) pass through

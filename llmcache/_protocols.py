@@ -23,8 +23,8 @@ __all__ = [
     "Embedder",
     "EntryStore",
     "Manifest",
-    "ModifyContext",
     "Modifier",
+    "ModifyContext",
     "Validator",
     "VectorIndex",
 ]

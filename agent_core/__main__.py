@@ -1,0 +1,212 @@
+"""``python -m agent_core``: run the town and record every prompt.
+
+    python -m agent_core run --days 2 --seed 1 --out runs/demo.jsonl
+    python -m agent_core run --days 15 --llm openai --out runs/gpt.jsonl
+    python -m agent_core run --days 1 --llm http://127.0.0.1:8080/v1 --model qwen --out runs/x.jsonl
+    python -m agent_core templates
+
+``--llm`` is ``scripted`` (the deterministic test double, the default), ``local`` (llmcache's
+local server), ``openai`` (``OPENAI_API_KEY``) or the base URL of any OpenAI-compatible server.
+The JSONL dataset has one line per call (``kind == "call"``) and one per refused answer
+(``kind == "invalid_attempt"``, ``resubmission: true``); a summary JSON is written beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from llmcache import Embedder, EmbedMode, Mode
+
+from .config import SimConfig
+from .llm import open_town_llm
+from .persona import load_agents
+from .sim import RunSummary, Simulation
+from .templates import TEMPLATES
+from .world import load_world
+
+
+def _client(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[Any, str, str | None]:
+    """The OpenAI-compatible client, the model name and the superior model for ``--llm``.
+
+    A local server is entered on ``stack``, so it is stopped by PID however the run ends.
+    """
+    kind: str = args.llm
+    if kind == "scripted":
+        from .testing import ScriptedLLM
+
+        client = ScriptedLLM(seed=args.seed, malformed_rate=args.malformed_rate)
+        return client, args.model or "scripted", args.superior_model or "gpt-4o"
+    if kind == "local":
+        from llmcache.local import DEFAULT_MODEL, LocalServer
+
+        server = stack.enter_context(
+            LocalServer(args.model or DEFAULT_MODEL, superior_model=args.superior_model)
+        )
+        superior = None if server.same_tier else server.superior_model
+        return server.client(), server.model, superior
+    from openai import OpenAI
+
+    if kind == "openai":
+        if not os.environ.get("OPENAI_API_KEY"):
+            sys.exit("--llm openai needs OPENAI_API_KEY in the environment")
+        return OpenAI(), args.model or "gpt-4o-mini", args.superior_model or "gpt-4o"
+    if kind.startswith(("http://", "https://")):
+        key = os.environ.get("OPENAI_API_KEY", "not-needed")
+        return OpenAI(base_url=kind, api_key=key), args.model or "default", args.superior_model
+    sys.exit(f"--llm must be scripted, local, openai or a base URL, not {kind!r}")
+
+
+def _embedder(name: str) -> Embedder:
+    if name == "hash":
+        from llmcache.testing import HashEmbedder
+
+        return HashEmbedder()
+    from llmcache import MemoEmbedder, MiniLMEmbedder
+
+    return MemoEmbedder(MiniLMEmbedder())
+
+
+def _print_summary(summary: RunSummary, out: Path) -> None:
+    print(
+        f"\n{summary.total_calls} prompts in {summary.days:g} simulated days "
+        f"({summary.total_calls / max(summary.days, 1e-9):.0f} per day), "
+        f"{summary.wall_seconds:.1f} s"
+    )
+    width = max(len(c) for c in summary.calls)
+    for category, n in summary.calls.items():
+        failed = summary.failed.get(category, 0)
+        resub = summary.resubmissions.get(category, 0)
+        print(
+            f"  {category:<{width}}  {n:6d}  {summary.calls_per_day[category]:8.1f}/day"
+            f"  resubmitted {resub:4d}  failed {failed:3d}"
+        )
+    observed = ", ".join(f"{k.split()[0]} {v}" for k, v in summary.observed_actors.items())
+    print(f"observed actors: {observed}")
+    print(f"dataset: {out}")
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    # The per-call retry log of llmcache is too chatty for a run's console.
+    logging.getLogger("llmcache").setLevel(logging.WARNING)
+    world = load_world(args.world)
+    names = [n for part in args.agents or [] for n in part.split(",") if n.strip()]
+    seeds = load_agents(args.agents_file, names=names or None, world=world)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not args.append:
+        sys.exit(f"{out} exists: choose another --out, or pass --append")
+    embedder_name = args.embedder or ("hash" if args.llm == "scripted" else "minilm")
+    embedder = _embedder(embedder_name)
+    params: dict[str, Any] = {}
+    if args.temperature is not None:
+        params["temperature"] = args.temperature
+    if args.max_tokens is not None:
+        params["max_tokens"] = args.max_tokens
+    with contextlib.ExitStack() as stack:
+        client, model, superior = _client(args, stack)
+        llm = open_town_llm(
+            client,
+            model=model,
+            cache_dir=args.cache_dir,
+            mode=Mode(args.cache_mode),
+            embedder=embedder if args.cache_mode != "off" or args.cache_dir else None,
+            record_to=out,
+            threshold=args.threshold,
+            max_attempts=args.max_attempts,
+            superior_model=superior,
+            embed=EmbedMode(args.embed),
+            params=params,
+        )
+        stack.callback(llm.close)
+        sim = Simulation(
+            llm, embedder=embedder, world=world, seeds=seeds, config=SimConfig(), seed=args.seed
+        )
+        summary = sim.run(args.days, progress=not args.quiet)
+    summary_path = Path(args.summary) if args.summary else out.with_suffix(".summary.json")
+    summary_path.write_text(summary.model_dump_json(indent=1) + "\n", encoding="utf-8")
+    _print_summary(summary, out)
+    return 0
+
+
+def _templates(args: argparse.Namespace) -> int:
+    rows = [
+        {
+            "category": t.category,
+            "group": t.group,
+            "modifier": t.modifier or "bypass",
+            "keywords": list(t.keyword_slots),
+        }
+        for t in TEMPLATES
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            print(
+                f"{r['category']:<24} {r['group']:<26} {r['modifier']:<7} "
+                + ", ".join(r["keywords"])
+            )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m agent_core", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="simulate the town and record every prompt")
+    run.add_argument("--days", type=float, required=True, help="simulated days")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--out", required=True, help="JSONL dataset to write, e.g. runs/demo.jsonl")
+    run.add_argument("--append", action="store_true", help="append to an existing dataset")
+    run.add_argument("--agents", nargs="*", help="only these agents (full or first names)")
+    run.add_argument("--llm", default="scripted", help="scripted | local | openai | base URL")
+    run.add_argument("--model", help="model name (default depends on --llm)")
+    run.add_argument("--superior-model", help="model invalid answers escalate to")
+    run.add_argument("--temperature", type=float)
+    run.add_argument("--max-tokens", type=int, help="answer length cap sent with every request")
+    run.add_argument("--max-attempts", type=int, default=20)
+    run.add_argument("--cache-dir", help="llmcache directory (default: a temporary one)")
+    run.add_argument("--cache-mode", default="off", choices=[m.value for m in Mode])
+    run.add_argument("--threshold", type=float, help="cosine threshold of online mode")
+    run.add_argument("--embed", default="keyword", choices=[m.value for m in EmbedMode])
+    run.add_argument(
+        "--embedder",
+        choices=["hash", "minilm"],
+        help="memory relevance and cache embedder (default: hash for scripted)",
+    )
+    run.add_argument("--world", help="world JSON (default: the bundled town)")
+    run.add_argument("--agents-file", help="agents JSON (default: the bundled eight)")
+    run.add_argument(
+        "--malformed-rate",
+        type=float,
+        default=0.0,
+        help="scripted LLM only: fraction of invalid answers",
+    )
+    run.add_argument("--summary", help="summary JSON (default: beside --out)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(func=_run)
+
+    tpl = sub.add_parser("templates", help="list the 14 prompt categories")
+    tpl.add_argument("--json", action="store_true")
+    tpl.set_defaults(func=_templates)
+
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

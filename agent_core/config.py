@@ -1,0 +1,31 @@
+"""The town's cadence: how often agents act, what they notice and how readily they react.
+
+The defaults are calibrated so that 8 agents produce a prompt volume and category mix close to
+the study's (about 20,500 prompts per 15 simulated days); ``benchmarks/bench_sim.py`` measures it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["SimConfig"]
+
+
+class SimConfig(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    minutes_per_step: int = Field(default=10, ge=1, le=60)
+    plan_hour: int = Field(default=6, ge=0, le=12)  # when agents plan their day
+    attention_bandwidth: int = Field(default=3, ge=1)  # new events perceived per step
+    reobserve_hours: float = Field(default=24.0, ge=0)  # an unchanged actor is noticed again after
+    sight_radius: float = Field(default=50.0, ge=0)  # structures seen along a walk (map units)
+    p_actor_reaction: float = Field(default=0.15, ge=0, le=1)
+    p_agent_reaction: float = Field(default=0.5, ge=0, le=1)
+    react_cooldown_hours: float = Field(default=6.0, ge=0)  # per pair of agents
+    summary_every_hours: float = Field(default=8.0, gt=0)
+    decompose_hours: float = Field(default=3.0, gt=0)  # how far ahead a plan is decomposed
+    reflection_threshold: float = Field(default=150.0, gt=0)
+    reflection_recent: int = Field(default=100, ge=1)
+    retrieve_k: int = Field(default=10, ge=1)
+    max_utterances: int = Field(default=20, ge=2)
+    share_places_in_dialogue: bool = True  # agents learn of a place the other knows

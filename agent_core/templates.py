@@ -1,0 +1,622 @@
+"""The 14 prompt categories of the town, each a declared :class:`Template`.
+
+A template declares its category, its analysis group, its text (the agent summary block, then
+the template body with its slots, then the JSON answer format as in the study), which slots are
+*keywords* (the values a keyword-mode cache embeds), its pydantic response schema, the
+query-specific rules an answer must also meet (:class:`Requirements`), and how a cached answer is
+reused: ``read``, ``choose`` or ``revise`` (thesis Table 3.3); ``None`` means the category
+bypasses the cache (the dialogue group, thesis 3.3.3).
+
+Nothing here imports llmcache: :mod:`agent_core.llm` turns these declarations into cache
+policies, so the templates stay testable and the cache stays free of agent knowledge.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+from .clock import parse_hhmm
+from .plans import check_schedule
+from .responses import (
+    ActorReactionResponse,
+    AgentReactionResponse,
+    DecompositionResponse,
+    ImportanceResponse,
+    InitialPlanResponse,
+    InsightsResponse,
+    LocationResponse,
+    PlanRevisionResponse,
+    QuestionsResponse,
+    StatusResponse,
+    SummaryResponse,
+    UtteranceResponse,
+    parse_lenient,
+    strict_schema,
+)
+
+__all__ = [
+    "ACTOR_REACTION",
+    "ACTOR_STATUS",
+    "AGENT_REACTION",
+    "CATEGORIES",
+    "DECOMPOSITION",
+    "DIALOGUE_SUMMARY",
+    "FINDING_LOCATION",
+    "GROUPS",
+    "IMPORTANCE",
+    "INITIAL_PLAN",
+    "INSIGHTS",
+    "MEMORY_SUMMARY",
+    "QUESTIONS",
+    "RELATIONSHIP",
+    "REVISION",
+    "SYSTEM_PROMPT",
+    "TEMPLATES",
+    "UTTERANCE",
+    "Requirements",
+    "Slot",
+    "SlotValue",
+    "Template",
+    "canonical_option",
+    "category_of_schema_name",
+    "choose_extract",
+    "choose_render",
+    "template",
+]
+
+R = TypeVar("R", bound=BaseModel)
+SlotValue = str | Sequence[str]
+ModifierKind = Literal["read", "choose", "revise"]
+
+SYSTEM_PROMPT = (
+    "You simulate {name}, a resident of a small town, in a life simulation. "
+    "Answer with one JSON object in the requested format and nothing else."
+)
+
+# The analysis groups of the study, in its order; every category belongs to exactly one.
+GROUPS = (
+    "importance",
+    "plan making and revision",
+    "finding location",
+    "actor reaction",
+    "memory reflection",
+    "memory summary",
+    "new actor statuses",
+    "dialogue",
+)
+
+
+class Requirements(BaseModel):
+    """What one query's answer must satisfy beyond its schema.
+
+    ``places``: the only allowed plan locations (the structures the agent knows).
+    ``options``: the choices the prompt offers (finding location, reactions).
+    ``window``: ``("HH:MM", "HH:MM")`` a plan must fit in (a decomposition must cover it).
+    ``statements``: how many numbered statements an insight may cite.
+    """
+
+    places: list[str] | None = None
+    options: list[str] | None = None
+    window: tuple[str, str] | None = None
+    statements: int | None = Field(default=None, ge=1)
+
+    def window_minutes(self) -> tuple[int, int] | None:
+        if self.window is None:
+            return None
+        return parse_hhmm(self.window[0]), parse_hhmm(self.window[1])
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A named hole in a template's text.
+
+    ``style`` says how a list value is written: ``json`` (a JSON list, for options a model
+    must copy exactly), ``numbered`` (``1. …`` lines, for statements an answer cites by
+    number), ``lines`` (one per line). ``keyword`` marks the slots a keyword cache embeds.
+    """
+
+    name: str
+    keyword: bool = False
+    style: Literal["text", "json", "numbered", "lines"] = "text"
+
+    def render(self, value: SlotValue) -> str:
+        if isinstance(value, str):
+            return value
+        items = [str(v) for v in value]
+        if self.style == "json":
+            return json.dumps(items, ensure_ascii=False)
+        if self.style == "numbered":
+            return "\n".join(f"{i}. {v}" for i, v in enumerate(items, start=1)) or "(none)"
+        return "\n".join(items) or "(none)"
+
+
+def canonical_option(answer: str, options: Sequence[str]) -> str | None:
+    """The option ``answer`` names: exactly, ignoring case, quotes and surrounding space, by its
+    1-based number, or by the unique last part of a ``"Structure: Area"`` option. ``None`` if
+    it names none."""
+    if answer in options:
+        return answer
+    key = answer.strip().strip("\"'.").strip().lower()
+    for option in options:
+        if option.lower() == key:
+            return option
+    if key.isdigit() and 1 <= int(key) <= len(options):
+        return options[int(key) - 1]
+    # An area named without its structure ("Kitchen" for "Wilson Family House: Kitchen") is
+    # still unambiguous when exactly one option ends with it.
+    tails = [o for o in options if o.lower().endswith(": " + key)]
+    return tails[0] if len(tails) == 1 else None
+
+
+@dataclass(frozen=True)
+class Template(Generic[R]):
+    """One declared prompt category. See the module docstring."""
+
+    category: str
+    group: str
+    body: str
+    slots: tuple[Slot, ...]
+    response: type[R]
+    answer_format: str
+    modifier: ModifierKind | None
+    check: Callable[[R, Requirements], None] | None = None
+
+    @property
+    def bypass(self) -> bool:
+        return self.modifier is None
+
+    @property
+    def keyword_slots(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.slots if s.keyword)
+
+    def keywords(self, slots: Mapping[str, SlotValue]) -> list[str]:
+        """The keyword slot values in declaration order; a list slot gives one keyword per
+        element, because the cache joins keywords with single spaces (``"A B C"``)."""
+        out: list[str] = []
+        for slot in self.slots:
+            if not slot.keyword:
+                continue
+            value = slots[slot.name]
+            out.extend([value] if isinstance(value, str) else [str(v) for v in value])
+        return [k for k in out if k.strip()]
+
+    def render(
+        self, summary_block: str, name: str, slots: Mapping[str, SlotValue]
+    ) -> list[dict[str, str]]:
+        """The chat messages of this prompt: the agent summary block, the template body with
+        its slots filled, and the JSON answer format."""
+        missing = [s.name for s in self.slots if s.name not in slots]
+        if missing:
+            raise KeyError(f"{self.category}: missing slots {missing}")
+        values = {s.name: s.render(slots[s.name]) for s in self.slots}
+        body = self.body.format(name=name, **values)
+        answer = self.answer_format.replace("{name}", name)
+        user = f"{summary_block}\n\n{body}\n\nAnswer in JSON format: {answer}"
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT.format(name=name)},
+            {"role": "user", "content": user},
+        ]
+
+    def parse(self, content: str, requirements: Requirements | None = None) -> R:
+        """The answer as a validated response; ``ValueError`` if it is not a valid answer to
+        this query."""
+        result = parse_lenient(self.response, content)
+        if self.check is not None:
+            self.check(result, requirements or Requirements())
+        return result
+
+    def validator(self, requirements: Requirements | None = None) -> Callable[[str], R]:
+        """A validator for the cache: accepts an answer's text or raises ``ValueError``."""
+
+        def validate(content: str) -> R:
+            return self.parse(content, requirements)
+
+        return validate
+
+    def json_schema(self) -> dict[str, Any]:
+        return strict_schema(self.response)
+
+    def response_format(self) -> dict[str, Any]:
+        """The ``response_format`` of a request; its name carries the category, which lets a
+        test double (and a log reader) tell the prompt's category without parsing it."""
+        return {
+            "type": "json_schema",
+            "json_schema": {
+                "name": _schema_name(self.category),
+                "schema": self.json_schema(),
+                "strict": True,
+            },
+        }
+
+
+def _schema_name(category: str) -> str:
+    # json_schema names allow only [A-Za-z0-9_-].
+    return category.replace(" ", "_")
+
+
+def category_of_schema_name(name: str) -> str:
+    return name.replace("_", " ")
+
+
+# -- query-specific checks ---------------------------------------------------------------------
+
+_DAY_WINDOW = ("06:00", "24:00")
+
+
+def _window(req: Requirements, default: tuple[str, str] | None = None) -> tuple[int, int] | None:
+    window = req.window or default
+    return None if window is None else (parse_hhmm(window[0]), parse_hhmm(window[1]))
+
+
+def _check_initial_plan(r: InitialPlanResponse, req: Requirements) -> None:
+    check_schedule(
+        r.plans,
+        count=(5, 7),
+        min_minutes=60,
+        window=_window(req, _DAY_WINDOW),
+        places=req.places,
+    )
+
+
+def _check_decomposition(r: DecompositionResponse, req: Requirements) -> None:
+    check_schedule(
+        r.tasks, count=(2, 3), min_minutes=30, window=_window(req), cover=True, places=req.places
+    )
+
+
+def _check_revision(r: PlanRevisionResponse, req: Requirements) -> None:
+    check_schedule(r.plans, count=(0, 8), min_minutes=30, window=_window(req), places=req.places)
+
+
+def _check_location(r: LocationResponse, req: Requirements) -> None:
+    if req.options is not None:
+        chosen = canonical_option(r.location, req.options)
+        if chosen is None:
+            raise ValueError(f"location {r.location!r} is not one of the options")
+        r.location = chosen
+
+
+def _check_choice(r: ActorReactionResponse | AgentReactionResponse, req: Requirements) -> None:
+    if req.options is not None:
+        chosen = canonical_option(r.choice, req.options)
+        if chosen is None:
+            raise ValueError(f"choice {r.choice!r} is not one of the options")
+        r.choice = chosen
+
+
+def _check_insights(r: InsightsResponse, req: Requirements) -> None:
+    if req.statements is None:
+        return
+    for i, insight in enumerate(r.insights, start=1):
+        if not all(1 <= e <= req.statements for e in insight.evidence):
+            raise ValueError(f"insight {i} cites a statement outside 1..{req.statements}")
+
+
+# -- choose: the option a cached answer picked, and an answer picking another -----------------
+
+
+def choose_extract(content: str, options: Sequence[str]) -> str | None:
+    """The location a cached ``finding location`` answer chose (``None`` if unreadable)."""
+    try:
+        return parse_lenient(LocationResponse, content).location
+    except ValueError:
+        return None
+
+
+def choose_render(content: str, option: str) -> str:
+    """A ``finding location`` answer that picks ``option``."""
+    return json.dumps({"location": option}, ensure_ascii=False)
+
+
+# -- the declarations ---------------------------------------------------------------------------
+
+_PLAN_FORMAT = (
+    '{"start": "HH:MM", "end": "HH:MM", "activity": "<what {name} is doing, e.g. having '
+    'breakfast>", '
+    '"location": "<one of the places>"}'
+)
+
+IMPORTANCE = Template(
+    category="importance score",
+    group="importance",
+    body=(
+        "On the scale of 1 to 10, where 1 is purely mundane (e.g., brushing teeth, making the "
+        "bed, an idle chair) and 10 is extremely poignant (e.g., a break up, a college "
+        "acceptance), rate the likely poignancy of the following memory for {name}.\n"
+        "Memory: {memory}"
+    ),
+    slots=(Slot("memory", keyword=True),),
+    response=ImportanceResponse,
+    answer_format='{"score": <an integer from 1 to 10>}',
+    modifier="read",
+)
+
+INITIAL_PLAN = Template(
+    category="initial plan generation",
+    group="plan making and revision",
+    body=(
+        "Today is {date}. Plan {name}'s day in broad strokes: 5 to 7 activities in time order, "
+        "each at least 60 minutes long, between 06:00 and 24:00, each at one of the places "
+        "{name} knows. Sleep is not an activity: the day ends when the last activity ends.\n"
+        "Yesterday: {yesterday}\n"
+        "Day of the week: {weekday}\n"
+        "Places (JSON list): {places}"
+    ),
+    slots=(
+        Slot("date"),
+        Slot("yesterday"),
+        Slot("weekday", keyword=True),
+        Slot("places", keyword=True, style="json"),
+    ),
+    response=InitialPlanResponse,
+    answer_format='{"plans": [' + _PLAN_FORMAT + ", ...]}",
+    modifier="revise",
+    check=_check_initial_plan,
+)
+
+DECOMPOSITION = Template(
+    category="plan decomposition",
+    group="plan making and revision",
+    body=(
+        "From {start} to {end}, {name} plans to be at {location}, {activity}. Break this into 2 "
+        "or 3 consecutive tasks of at least 30 minutes each that together cover exactly {start} "
+        "to {end}.\n"
+        "Plan: {activity}\n"
+        "Location: {location}\n"
+        "Time window: {start} to {end}\n"
+        "Places (JSON list): {places}"
+    ),
+    slots=(
+        Slot("activity", keyword=True),
+        Slot("location", keyword=True),
+        Slot("start"),
+        Slot("end"),
+        Slot("places", style="json"),
+    ),
+    response=DecompositionResponse,
+    answer_format='{"tasks": [' + _PLAN_FORMAT + ", ...]}",
+    modifier="revise",
+    check=_check_decomposition,
+)
+
+REVISION = Template(
+    category="future plan revision",
+    group="plan making and revision",
+    body=(
+        "{event}\n"
+        "{name} is busy with this until {start}. Revise the rest of today's plan so that it "
+        "fits between {start} and {end}: keep what still makes sense, move or shorten plans, and "
+        "skip plans that no longer fit. Each plan must be at least 30 minutes long and use one "
+        "of the places.\n"
+        "Remaining plans (JSON): {remaining}\n"
+        "Time window: {start} to {end}\n"
+        "Places (JSON list): {places}"
+    ),
+    slots=(
+        Slot("event", keyword=True),
+        Slot("remaining_activities", keyword=True, style="json"),
+        Slot("remaining"),
+        Slot("start"),
+        Slot("end"),
+        Slot("places", style="json"),
+    ),
+    response=PlanRevisionResponse,
+    answer_format='{"plans": [' + _PLAN_FORMAT + ", ...]}",
+    modifier="revise",
+    check=_check_revision,
+)
+
+FINDING_LOCATION = Template(
+    category="finding location",
+    group="finding location",
+    body=(
+        "{name} is going to {task}. Which of these {what} is the best fit for it? Answer with "
+        "one option exactly as written.\n"
+        "Task: {task}\n"
+        "Options (JSON list): {options}"
+    ),
+    slots=(Slot("task", keyword=True), Slot("what"), Slot("options", keyword=True, style="json")),
+    response=LocationResponse,
+    answer_format='{"location": "<one of the options>"}',
+    modifier="choose",
+    check=_check_location,
+)
+
+ACTOR_REACTION = Template(
+    category="actor reaction",
+    group="actor reaction",
+    body=(
+        "{name} is currently {current}.\n"
+        "{name} notices: {observation}.\n"
+        "How does {name} react? Pick one option exactly as written, then say what {name} will do "
+        "and for how many minutes (10 to 120).\n"
+        "Observation: {observation}\n"
+        "Options (JSON list): {options}"
+    ),
+    slots=(
+        Slot("current", keyword=True),
+        Slot("observation", keyword=True),
+        Slot("options", style="json"),
+    ),
+    response=ActorReactionResponse,
+    answer_format=(
+        '{"choice": "<one of the options>", '
+        '"activity": "<what {name} will be doing, e.g. making tea>", '
+        '"minutes": <10 to 120>}'
+    ),
+    modifier="revise",
+    check=_check_choice,
+)
+
+QUESTIONS = Template(
+    category="high-level questions",
+    group="memory reflection",
+    body=(
+        "Statements about {name}:\n{statements}\n\n"
+        "Given only the statements above, what are the 3 most salient high-level questions we "
+        "can answer about {name}?"
+    ),
+    slots=(Slot("statements", keyword=True, style="numbered"),),
+    response=QuestionsResponse,
+    answer_format='{"questions": ["<question 1>", "<question 2>", "<question 3>"]}',
+    modifier="read",
+)
+
+INSIGHTS = Template(
+    category="high-level insights",
+    group="memory reflection",
+    body=(
+        "Statements about {name}:\n{statements}\n\n"
+        "Question: {question}\n"
+        "What 5 high-level insights about {name} can you infer from the statements above? "
+        "Cite the numbers of the statements each insight is based on."
+    ),
+    slots=(Slot("question", keyword=True), Slot("statements", keyword=True, style="numbered")),
+    response=InsightsResponse,
+    answer_format=(
+        '{"insights": [{"insight": "<insight>", "evidence": [<statement numbers>]}, ...]}'
+    ),
+    modifier="read",
+    check=_check_insights,
+)
+
+MEMORY_SUMMARY = Template(
+    category="memory summary",
+    group="memory summary",
+    body=(
+        "Statements:\n{statements}\n\n"
+        "Based on the statements above and what you know about {name}, summarise {name}'s core "
+        "characteristics, current daily occupation and recent progress in 2 to 4 sentences."
+    ),
+    slots=(Slot("statements", keyword=True, style="numbered"),),
+    response=SummaryResponse,
+    answer_format='{"summary": "<2 to 4 sentences>"}',
+    modifier="read",
+)
+
+ACTOR_STATUS = Template(
+    category="new actor statuses",
+    group="new actor statuses",
+    body=(
+        "{name} is {activity}, using the {actor} in {area}. In a few words, what is the new "
+        "status of the {actor}?\n"
+        "Actor: {actor}"
+    ),
+    slots=(Slot("actor", keyword=True), Slot("activity", keyword=True), Slot("area")),
+    response=StatusResponse,
+    answer_format='{"status": "<a short phrase, e.g. being used to make coffee>"}',
+    modifier="read",
+)
+
+AGENT_REACTION = Template(
+    category="agent reaction",
+    group="dialogue",
+    body=(
+        "{name} is currently {current}.\n"
+        "{name} sees {other}, who is {other_status}.\n"
+        "What {name} remembers about {other}:\n{memories}\n\n"
+        "How does {name} react? Pick one option exactly as written, then say what {name} will do "
+        "and for how many minutes (10 to 120).\n"
+        "Options (JSON list): {options}"
+    ),
+    slots=(
+        Slot("current", keyword=True),
+        Slot("other", keyword=True),
+        Slot("other_status", keyword=True),
+        Slot("memories", style="numbered"),
+        Slot("options", style="json"),
+    ),
+    response=AgentReactionResponse,
+    answer_format=(
+        '{"choice": "<one of the options>", '
+        '"activity": "<what {name} will be doing, e.g. making tea>", '
+        '"minutes": <10 to 120>}'
+    ),
+    modifier=None,
+    check=_check_choice,
+)
+
+RELATIONSHIP = Template(
+    category="relationship summary",
+    group="dialogue",
+    body=(
+        "Statements:\n{statements}\n\n"
+        "In one or two sentences, summarise the relationship between {name} and {other}.\n"
+        "Other: {other}"
+    ),
+    slots=(Slot("other", keyword=True), Slot("statements", keyword=True, style="numbered")),
+    response=SummaryResponse,
+    answer_format='{"summary": "<one or two sentences>"}',
+    modifier=None,
+)
+
+UTTERANCE = Template(
+    category="dialogue utterance",
+    group="dialogue",
+    body=(
+        "{name} is talking with {other} at {place}.\n"
+        "{name}'s view of {other}: {relationship}\n"
+        "{name} is currently {current}.\n"
+        "Conversation so far:\n{transcript}\n"
+        "Utterances so far: {count} of at most 20.\n"
+        "What does {name} say next? Set end_conversation to true if this ends the conversation."
+    ),
+    slots=(
+        Slot("other", keyword=True),
+        Slot("place"),
+        Slot("relationship"),
+        Slot("current"),
+        Slot("transcript", keyword=True, style="lines"),
+        Slot("count"),
+    ),
+    response=UtteranceResponse,
+    answer_format='{"utterance": "<what {name} says>", "end_conversation": <true or false>}',
+    modifier=None,
+)
+
+DIALOGUE_SUMMARY = Template(
+    category="dialogue summary",
+    group="dialogue",
+    body=(
+        "Conversation between {name} and {other}:\n{transcript}\n\n"
+        "Summarise the conversation in one sentence, from {name}'s point of view."
+    ),
+    slots=(Slot("other", keyword=True), Slot("transcript", keyword=True, style="lines")),
+    response=SummaryResponse,
+    answer_format='{"summary": "<one sentence>"}',
+    modifier=None,
+)
+
+TEMPLATES: tuple[Template[Any], ...] = (
+    IMPORTANCE,
+    INITIAL_PLAN,
+    DECOMPOSITION,
+    REVISION,
+    FINDING_LOCATION,
+    ACTOR_REACTION,
+    QUESTIONS,
+    INSIGHTS,
+    MEMORY_SUMMARY,
+    ACTOR_STATUS,
+    AGENT_REACTION,
+    RELATIONSHIP,
+    UTTERANCE,
+    DIALOGUE_SUMMARY,
+)
+
+CATEGORIES: tuple[str, ...] = tuple(t.category for t in TEMPLATES)
+
+_BY_CATEGORY: dict[str, Template[Any]] = {t.category: t for t in TEMPLATES}
+
+
+def template(category: str) -> Template[Any]:
+    """The template of a category; ``KeyError`` names the known ones."""
+    try:
+        return _BY_CATEGORY[category]
+    except KeyError:
+        raise KeyError(f"unknown category {category!r}; known: {list(CATEGORIES)}") from None

@@ -1,0 +1,128 @@
+"""Hit-path latency of ``CachedLLM.chat.completions.create``, embedding excluded.
+
+A table of N entries (random 384-d unit vectors) is filled directly through the backend; each
+query is a stored entry's keyword text whose vector the embedder returns from a precomputed
+table (so no model runs: what is timed is keys, index search, entry fetch, modifier, the
+rebuilt ChatCompletion, and the ledger). Prints p50/p99 per size and the search+fetch share.
+
+    .venv/bin/python benchmarks/bench_hit_path.py --sizes 10000 100000 --queries 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from llmcache import CacheConfig, CachedLLM, CacheEntry, CacheOptions, SemanticCache
+from llmcache._keys import partition_for
+from llmcache.testing import FakeOpenAI
+
+DIM = 384
+
+
+class PrecomputedEmbedder:
+    """Returns stored vectors for known texts: embedding cost is excluded from the timing."""
+
+    model_id = "bench-precomputed-384"
+    dim = DIM
+
+    def __init__(self, table: dict[str, NDArray[np.float32]]) -> None:
+        self.table = table
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return np.stack([self.table[t] for t in texts])
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def run(size: int, queries: int, seed: int) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((size, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    texts = [f"memory number {i}" for i in range(size)]
+    embedder = PrecomputedEmbedder(dict(zip(texts, vectors, strict=True)))
+    messages = [{"role": "user", "content": "Rate the importance of a memory, 1-10."}]
+    kwargs = {"model": "gpt-4o-mini", "messages": messages}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = SemanticCache(Path(tmp) / "c", embedder=embedder, config=CacheConfig())
+        client = CachedLLM(FakeOpenAI(lambda r: '{"score": 5}'), cache=cache)
+        partition = partition_for(CacheOptions(category="importance", agent="A"), kwargs)
+        completion = client.chat.completions.create(**kwargs).model_dump(mode="json")
+        t0 = time.perf_counter()
+        for i in range(size):
+            cache.put(
+                CacheEntry(
+                    partition=partition,
+                    embed_text=texts[i],
+                    embed_mode="keyword",
+                    embedder_id=embedder.model_id,
+                    vector_b64=CacheEntry.encode_vector(vectors[i]),
+                    keywords=(texts[i],),
+                    messages=messages,
+                    content='{"score": 5}',
+                    completion=completion,
+                    usage={"prompt_tokens": 20, "completion_tokens": 5},
+                )
+            )
+        fill_s = time.perf_counter() - t0
+        # First lookup builds/loads the partition's index; not part of the steady state.
+        cache.lookup(partition, vectors[0])
+        picks = rng.integers(0, size, queries)
+        full: list[float] = []
+        search: list[float] = []
+        hits = 0
+        for i in picks:
+            options = CacheOptions(category="importance", agent="A", keywords=[texts[i]])
+            t = time.perf_counter()
+            _, info = client.chat.completions.create_with_info(**kwargs, cache=options)
+            full.append(time.perf_counter() - t)
+            hits += info.outcome == "hit"
+            t = time.perf_counter()
+            cache.lookup(partition, vectors[i])
+            search.append(time.perf_counter() - t)
+        client.close()
+    return {
+        "size": size,
+        "fill_s": fill_s,
+        "hit_rate": hits / queries,
+        "p50_ms": 1e3 * percentile(full, 50),
+        "p99_ms": 1e3 * percentile(full, 99),
+        "lookup_p50_ms": 1e3 * percentile(search, 50),
+        "lookup_p99_ms": 1e3 * percentile(search, 99),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rows = [run(n, args.queries, args.seed) for n in args.sizes]
+    print(
+        f"{'entries':>8} {'fill s':>7} {'hit%':>6} {'create p50 ms':>13} {'p99 ms':>7} "
+        f"{'search+fetch p50':>16} {'p99':>6} {'search share':>12}"
+    )
+    for r in rows:
+        print(
+            f"{r['size']:>8} {r['fill_s']:>7.1f} {100 * r['hit_rate']:>5.1f}% "
+            f"{r['p50_ms']:>13.3f} {r['p99_ms']:>7.3f} {r['lookup_p50_ms']:>16.3f} "
+            f"{r['lookup_p99_ms']:>6.3f} {r['lookup_p50_ms'] / r['p50_ms']:>11.0%}"
+        )
+    if len(rows) > 1:
+        print(
+            f"p50 ratio {rows[-1]['size']}/{rows[0]['size']} entries: "
+            f"{rows[-1]['p50_ms'] / rows[0]['p50_ms']:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

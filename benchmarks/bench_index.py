@@ -1,0 +1,271 @@
+"""hnswlib vs exact (numpy) search over random unit vectors: latency, recall@1, build time, memory.
+
+Two parts:
+
+- ``--sizes`` (default 100k and 1M vectors): build both indexes, then time single-vector searches
+  (p50/p99 per query, through llmcache's own ``HnswIndex``/``ExactIndex`` wrappers, so the lock
+  and conversions are included) and measure recall@1 against the true nearest neighbour, for two
+  kinds of queries: *perturbed* copies of stored vectors (what a cache lookup looks like: a near
+  duplicate exists) and *random* vectors (the worst case: every neighbour is about as far).
+- ``--crossover`` (default 1k..50k): search and insert cost per vector of both indexes at small
+  sizes, which is how ``AutoIndex``'s ``DEFAULT_EXACT_LIMIT`` was chosen.
+
+Examples::
+
+    python benchmarks/bench_index.py --sizes 100000 --crossover ""  # ~5 min on 2 busy cores
+    python benchmarks/bench_index.py                      # crossover, 100k and 1M: ~1 h, ~5 GB
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import time
+
+import numpy as np
+from numpy.typing import NDArray
+
+from llmcache._index import DEFAULT_EXACT_LIMIT, ExactIndex, HnswIndex
+
+
+def unit_rows(
+    rng: np.random.Generator, n: int, dim: int, chunk: int = 100_000
+) -> NDArray[np.float32]:
+    out = np.empty((n, dim), dtype=np.float32)
+    for start in range(0, n, chunk):
+        block = rng.standard_normal((min(chunk, n - start), dim), dtype=np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        out[start : start + len(block)] = block
+    return out
+
+
+def perturb(
+    rng: np.random.Generator, rows: NDArray[np.float32], noise: float
+) -> NDArray[np.float32]:
+    """Add noise of norm ~``noise``: cosine to the original ~ 1/sqrt(1 + noise**2)."""
+    dim = rows.shape[1]
+    noisy = rows + rng.standard_normal(rows.shape, dtype=np.float32) * (noise / np.sqrt(dim))
+    return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
+
+
+def true_top1(data: NDArray[np.float32], queries: NDArray[np.float32]) -> NDArray[np.int64]:
+    """The exact nearest neighbour of every query, by chunked matrix products (BLAS)."""
+    best = np.full(len(queries), -np.inf, dtype=np.float32)
+    arg = np.zeros(len(queries), dtype=np.int64)
+    for start in range(0, len(data), 50_000):
+        sims = queries @ data[start : start + 50_000].T
+        i = sims.argmax(axis=1)
+        s = sims[np.arange(len(queries)), i]
+        better = s > best
+        best[better] = s[better]
+        arg[better] = i[better] + start
+    return arg
+
+
+def time_queries(
+    index: ExactIndex | HnswIndex, k: int, queries: NDArray[np.float32]
+) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """Per-query latency in microseconds, and the top-1 id of each query."""
+    latencies = np.empty(len(queries))
+    top = np.empty(len(queries), dtype=np.int64)
+    for j, q in enumerate(queries):
+        t0 = time.perf_counter_ns()
+        result = index.search(q, k)
+        latencies[j] = (time.perf_counter_ns() - t0) / 1e3
+        top[j] = result[0][0]
+    return latencies, top
+
+
+def pct(latencies: NDArray[np.float64]) -> str:
+    p50, p99 = np.percentile(latencies, [50, 99])
+    return f"p50 {fmt_us(p50):>9} p99 {fmt_us(p99):>9}"
+
+
+def fmt_us(us: float) -> str:
+    return f"{us / 1e3:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def peak_rss_gb() -> float:
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    scale = 1 if platform.system() == "Darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**30
+
+
+def run_size(args: argparse.Namespace, n: int, rng: np.random.Generator) -> None:
+    dim = args.dim
+    print(f"\n== n = {n:,} vectors, dim {dim} ==")
+    t0 = time.perf_counter()
+    data = unit_rows(rng, n, dim)
+    half = args.queries // 2
+    sources = rng.choice(n, size=half, replace=False)
+    q_pert = perturb(rng, data[sources], args.noise)
+    q_rand = unit_rows(rng, args.queries - half, dim)
+    truth_pert, truth_rand = true_top1(data, q_pert), true_top1(data, q_rand)
+    mean_cos = float(np.mean(np.sum(q_pert * data[truth_pert], axis=1)))
+    print(
+        f"data + ground truth in {time.perf_counter() - t0:.1f} s; perturbed queries: "
+        f"{half} (noise {args.noise}, mean cosine to their neighbour {mean_cos:.3f}), "
+        f"random queries: {len(q_rand)}; source is the true top-1 for "
+        f"{np.mean(truth_pert == sources):.1%} of perturbed queries"
+    )
+    ids = np.arange(n, dtype=np.int64)
+
+    # -- HNSW ----------------------------------------------------------------------------------
+    hnsw = HnswIndex(
+        dim,
+        M=args.M,
+        ef_construction=args.ef_construction,
+        initial_capacity=n,
+        num_threads=args.threads,
+    )
+    t0 = time.perf_counter()
+    for start in range(0, n, 10_000):
+        hnsw.add(ids[start : start + 10_000].tolist(), data[start : start + 10_000])
+    build = time.perf_counter() - t0
+    file_mb = hnsw._index.index_file_size() / 2**20
+    print(
+        f"hnsw build (M={args.M}, ef_construction={args.ef_construction}, "
+        f"{args.threads} threads): {build:.1f} s = {build / n * 1e6 * max(args.threads, 1):.0f} "
+        f"µs·thread per vector; index file {file_mb:,.0f} MiB "
+        f"(raw vectors {n * dim * 4 / 2**20:,.0f} MiB)"
+    )
+
+    # -- exact ---------------------------------------------------------------------------------
+    exact = ExactIndex(dim)
+    t0 = time.perf_counter()
+    for start in range(0, n, 100_000):
+        exact.add(ids[start : start + 100_000].tolist(), data[start : start + 100_000])
+    exact_build = time.perf_counter() - t0
+    n_exact = min(args.exact_queries, half)
+    lat_exact, top_exact = time_queries(exact, 1, q_pert[:n_exact])
+    assert np.array_equal(top_exact, truth_pert[:n_exact]), "exact index disagrees with truth"
+    print(
+        f"exact: add {exact_build:.1f} s; search {pct(lat_exact)} ({n_exact} queries); "
+        "recall@1 1.000 by construction (checked)"
+    )
+
+    for ef in args.ef_search:
+        hnsw.ef_search = ef
+        lat_p, top_p = time_queries(hnsw, 1, q_pert)
+        lat_r, top_r = time_queries(hnsw, 1, q_rand)
+        lat = np.concatenate([lat_p, lat_r])
+        speedup = np.percentile(lat_exact, 50) / np.percentile(lat, 50)
+        print(
+            f"hnsw ef={ef:<4} search {pct(lat)}  recall@1 perturbed "
+            f"{np.mean(top_p == truth_pert):.3f}  random {np.mean(top_r == truth_rand):.3f}  "
+            f"exact/hnsw p50 = {speedup:,.0f}x"
+        )
+    print(
+        f"peak RSS of this process so far: {peak_rss_gb():.1f} GiB (data, exact copy, graph); "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+
+
+def run_crossover(args: argparse.Namespace, sizes: list[int], rng: np.random.Generator) -> None:
+    dim = args.dim
+    print(
+        f"\n== crossover (dim {dim}; inserts one vector per call, single-threaded, as the "
+        f"cache does; HNSW M={args.M}, ef_construction={args.ef_construction}, ef_search 64) =="
+    )
+    print(
+        f"{'n':>8} {'exact p50':>10} {'exact p99':>10} {'hnsw p50':>10} {'hnsw p99':>10} "
+        f"{'hnsw insert':>12} {'exact insert':>13} {'hnsw r@1':>9}"
+    )
+    for n in sizes:
+        data = unit_rows(rng, n, dim)
+        queries = perturb(rng, data[rng.choice(n, size=min(300, n), replace=False)], args.noise)
+        truth = true_top1(data, queries)
+        hnsw = HnswIndex(dim, M=args.M, ef_construction=args.ef_construction, initial_capacity=n)
+        exact = ExactIndex(dim)
+        # Build most of each index in bulk, then time single inserts at this size.
+        bulk = n - 200
+        hnsw.add(range(bulk), data[:bulk])
+        exact.add(range(bulk), data[:bulk])
+        t0 = time.perf_counter()
+        for i in range(bulk, n):
+            hnsw.add([i], data[i : i + 1])
+        hnsw_insert = (time.perf_counter() - t0) / 200 * 1e6
+        t0 = time.perf_counter()
+        for i in range(bulk, n):
+            exact.add([i], data[i : i + 1])
+        exact_insert = (time.perf_counter() - t0) / 200 * 1e6
+        lat_e, _ = time_queries(exact, 4, queries)
+        lat_h, top_h = time_queries(hnsw, 4, queries)
+        p50e, p99e = np.percentile(lat_e, [50, 99])
+        p50h, p99h = np.percentile(lat_h, [50, 99])
+        print(
+            f"{n:>8,} {fmt_us(p50e):>10} {fmt_us(p99e):>10} {fmt_us(p50h):>10} "
+            f"{fmt_us(p99h):>10} {fmt_us(hnsw_insert):>12} {fmt_us(exact_insert):>13} "
+            f"{np.mean(top_h == truth):>9.3f}"
+        )
+    print(f"(AutoIndex switches from exact to HNSW above {DEFAULT_EXACT_LIMIT:,} vectors)")
+
+
+def int_list(text: str) -> list[int]:
+    return [int(float(x)) for x in text.split(",") if x.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--sizes",
+        type=int_list,
+        default=[100_000, 1_000_000],
+        help="comma-separated table sizes for the recall/latency part",
+    )
+    parser.add_argument(
+        "--crossover",
+        type=int_list,
+        default=[1_000, 2_000, 5_000, 10_000, 20_000],
+        help='comma-separated small sizes for the crossover part ("" to skip)',
+    )
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument(
+        "--queries",
+        type=int,
+        default=1000,
+        help="queries per size: half perturbed copies, half random vectors",
+    )
+    parser.add_argument(
+        "--exact-queries",
+        type=int,
+        default=200,
+        help="how many of the perturbed queries time the exact index",
+    )
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.5,
+        help="perturbation norm (0.5 gives cosine ~0.89 to the source vector)",
+    )
+    parser.add_argument("--M", type=int, default=32, help="HNSW links per node (library default)")
+    parser.add_argument("--ef-construction", type=int, default=200)
+    parser.add_argument("--ef-search", type=int_list, default=[32, 64, 128, 256])
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="hnswlib threads for the bulk build",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    print(
+        f"bench_index: {platform.machine()}, {os.cpu_count()} cpus, numpy {np.__version__}; "
+        f"sizes {args.sizes}, crossover {args.crossover}, dim {args.dim}, M {args.M}, "
+        f"ef_construction {args.ef_construction}, ef_search {args.ef_search}, seed {args.seed}"
+    )
+    # The load average says how much the timings were disturbed by other work on the machine.
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    rng = np.random.default_rng(args.seed)
+    if args.crossover:
+        run_crossover(args, args.crossover, rng)
+    for n in args.sizes:
+        run_size(args, n, rng)
+    print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""llmcache — a semantic cache for the openai client, split by prompt category and agent.
+
+>>> from llmcache import CachedLLM, CacheOptions          # doctest: +SKIP
+>>> client = CachedLLM(OpenAI())                          # doctest: +SKIP
+>>> client.chat.completions.create(model="gpt-4o-mini", messages=msgs,
+...     cache=CacheOptions(category="importance", agent="Liam Oliver",
+...                        keywords=["Tree in Victoria Park is Idle"]))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from ._backend import LocalBackend
+from ._cache import SemanticCache
+from ._client import AsyncCachedLLM, CachedLLM
+from ._config import CacheConfig, CategoryPolicy
+from ._embedders import MemoEmbedder, MiniLMEmbedder, OpenAIEmbedder
+from ._errors import (
+    ConfigurationError,
+    CorruptEntryError,
+    EmbedderError,
+    EmbedderMismatchError,
+    InvalidResponseError,
+    LLMCacheError,
+    LocalServerError,
+    StoreError,
+)
+from ._index import ExactIndex, HnswIndex
+from ._keys import embedding_text, messages_text
+from ._ledger import CacheStats, Price, PriceTable, TableStats
+from ._llm_config import LLMBackend, LLMConnection, LLMKind, connect_llm, resolve_llm_backend
+from ._modifiers import Choose, Read, Revise
+from ._pg import PgBackend
+from ._protocols import (
+    CacheBackend,
+    Embedder,
+    EntryStore,
+    Manifest,
+    Modifier,
+    ModifyContext,
+    Validator,
+    VectorIndex,
+)
+from ._recorder import RecordedCall, Recorder, read_records
+from ._store import DiskStore
+from ._transfer import transfer
+from ._types import (
+    CacheEntry,
+    CacheOptions,
+    CallInfo,
+    Candidate,
+    EmbedMode,
+    Mode,
+    Partition,
+    Similarity,
+    Usage,
+)
+from .local import LocalServer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncCachedLLM",
+    "CacheBackend",
+    "CacheConfig",
+    "CacheEntry",
+    "CacheOptions",
+    "CacheStats",
+    "CachedLLM",
+    "CallInfo",
+    "Candidate",
+    "CategoryPolicy",
+    "Choose",
+    "ConfigurationError",
+    "CorruptEntryError",
+    "DiskStore",
+    "EmbedMode",
+    "Embedder",
+    "EmbedderError",
+    "EmbedderMismatchError",
+    "EntryStore",
+    "ExactIndex",
+    "HnswIndex",
+    "InvalidResponseError",
+    "LLMBackend",
+    "LLMCacheError",
+    "LLMConnection",
+    "LLMKind",
+    "LocalBackend",
+    "LocalServer",
+    "LocalServerError",
+    "Manifest",
+    "MemoEmbedder",
+    "MiniLMEmbedder",
+    "Mode",
+    "Modifier",
+    "ModifyContext",
+    "OpenAIEmbedder",
+    "Partition",
+    "PgBackend",
+    "Price",
+    "PriceTable",
+    "Read",
+    "RecordedCall",
+    "Recorder",
+    "Revise",
+    "SemanticCache",
+    "Similarity",
+    "StoreError",
+    "TableStats",
+    "Usage",
+    "Validator",
+    "VectorIndex",
+    "__version__",
+    "connect_llm",
+    "embedding_text",
+    "messages_text",
+    "read_records",
+    "resolve_llm_backend",
+    "transfer",
+]

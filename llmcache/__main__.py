@@ -1,0 +1,72 @@
+"""Command line: ``python -m llmcache stats DIR`` and ``python -m llmcache serve``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ._cache import open_backend
+from ._ledger import CacheStats, TableStats
+
+
+def _stats(args: argparse.Namespace) -> int:
+    backend = open_backend(args.location)
+    try:
+        tables = [TableStats.from_counters(k, c) for k, c in backend.read_stats().items()]
+    finally:
+        backend.close()
+    stats = CacheStats(tables=tables)
+    if args.json:
+        sys.stdout.write(stats.model_dump_json(indent=2) + "\n")
+    elif not tables:
+        print(f"{args.location}: no calls recorded yet")
+    else:
+        print(stats.render())
+    return 0
+
+
+def _partitions(args: argparse.Namespace) -> int:
+    backend = open_backend(args.location)
+    try:
+        rows = [(p, backend.count(p.key)) for p in backend.partitions()]
+    finally:
+        backend.close()
+    for p, n in sorted(rows, key=lambda r: (r[0].category, r[0].agent)):
+        print(json.dumps({"category": p.category, "agent": p.agent, "model": p.model,
+                          "key": p.key, "entries": n}, ensure_ascii=False))  # fmt: skip
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "serve":
+        from ._serve import serve_main
+
+        code: int = serve_main(argv[1:])
+        return code
+    if argv and argv[0] in ("export", "import"):
+        from ._transfer import export_main, import_main
+
+        run = export_main if argv[0] == "export" else import_main
+        code = run(argv[1:])
+        return code
+    parser = argparse.ArgumentParser(prog="python -m llmcache", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("stats", help="per-table lookups, hits, similarity, tokens and dollars")
+    p.add_argument("location", help="cache directory (or postgresql:// DSN)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_stats)
+    p = sub.add_parser("tables", help="list the tables (partitions) and their entry counts")
+    p.add_argument("location")
+    p.set_defaults(func=_partitions)
+    sub.add_parser("serve", help="start the local OpenAI-compatible LLM server (see --help)")
+    sub.add_parser("export", help="copy a cache (directory or postgresql:// DSN) into another")
+    sub.add_parser("import", help="copy a cache into this one (same as export, reversed names)")
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

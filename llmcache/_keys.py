@@ -1,0 +1,114 @@
+"""How a request becomes a table (partition) and an embedding text."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._errors import ConfigurationError
+from ._types import CacheOptions, EmbedMode, Partition, canonical_json
+
+__all__ = ["embedding_text", "messages_text", "output_params", "partition_for"]
+
+# Request parameters that do not change what the model answers. Everything else (model,
+# temperature, response_format, tools, seed, max_tokens, extra_body …) splits the tables, so a
+# cached answer is never served to a request that would have been answered differently.
+# Secrets never reach here: api_key and base_url live on the client, not in ``create``'s kwargs.
+_NOT_OUTPUT_AFFECTING = frozenset(
+    {
+        "messages",
+        "stream",
+        "stream_options",
+        "user",
+        "metadata",
+        "store",
+        "timeout",
+        "extra_headers",
+        "extra_query",
+        "service_tier",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+    }
+)
+
+
+def _is_sentinel(value: Any) -> bool:
+    # openai's NOT_GIVEN / omit markers mean "not passed": they must not change the key.
+    return type(value).__name__ in {"NotGiven", "Omit"}
+
+
+# Server hints inside ``extra_body`` that steer scheduling, not the answer (llama.cpp's slot
+# pinning and prompt-prefix cache).
+_NOT_OUTPUT_AFFECTING_EXTRA_BODY = frozenset({"id_slot", "cache_prompt"})
+
+
+def output_params(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The output-affecting request parameters, JSON-safe."""
+    params = {
+        k: v for k, v in kwargs.items() if k not in _NOT_OUTPUT_AFFECTING and not _is_sentinel(v)
+    }
+    extra = params.get("extra_body")
+    if isinstance(extra, Mapping):
+        kept = {k: v for k, v in extra.items() if k not in _NOT_OUTPUT_AFFECTING_EXTRA_BODY}
+        if kept:
+            params["extra_body"] = kept
+        else:
+            del params["extra_body"]
+    return params
+
+
+def partition_for(options: CacheOptions, kwargs: Mapping[str, Any]) -> Partition:
+    params = output_params(kwargs)
+    digest = hashlib.sha256(canonical_json(params).encode()).hexdigest()
+    return Partition(
+        category=options.category,
+        agent=options.agent,
+        params_hash=digest,
+        model=str(params.get("model", "")),
+    )
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Iterable) and not isinstance(content, (bytes, Mapping)):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            else:
+                parts.append(canonical_json(part))
+        return "\n".join(parts)
+    return canonical_json(content)
+
+
+def messages_text(messages: Iterable[Mapping[str, Any]]) -> str:
+    """A canonical text of *all* messages (system, user, assistant, tool), one block each."""
+    blocks = []
+    for m in messages:
+        text = f"{m.get('role', 'user')}: {_content_text(m.get('content'))}"
+        extra = {k: v for k, v in m.items() if k not in ("role", "content")}
+        if extra:
+            text += "\n" + canonical_json(extra)
+        blocks.append(text)
+    return "\n\n".join(blocks)
+
+
+def embedding_text(
+    mode: EmbedMode, options: CacheOptions, messages: Iterable[Mapping[str, Any]]
+) -> str:
+    """The text a prompt is embedded by: keywords joined by single spaces, or all messages."""
+    if mode is EmbedMode.KEYWORD:
+        if not options.keywords:
+            raise ConfigurationError(
+                f"category {options.category!r} is cached in keyword mode but the call gave no "
+                "keywords: pass CacheOptions(keywords=[...]) with the template's slot values, "
+                "or use embed=EmbedMode.FULL for this category"
+            )
+        return " ".join(k.strip() for k in options.keywords)
+    return messages_text(messages)

@@ -1,0 +1,100 @@
+"""An append-only JSONL record of every call: the datasets the experiments read.
+
+One line per logical call (``kind == "call"``) holds the validated answer and how it was made.
+Every answer the validator refused gets a line of its own (``kind == "invalid_attempt"``,
+``resubmission == True``), so a dataset can drop resubmissions as the thesis did while still
+counting them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = ["RecordedCall", "Recorder", "read_records"]
+
+
+class RecordedCall(BaseModel):
+    """One line of a recorded dataset."""
+
+    kind: Literal["call", "invalid_attempt"] = "call"
+    ts: float = Field(default_factory=time.time)
+    category: str
+    agent: str
+    keywords: list[str] | None = None
+    options: list[str] | None = None
+    embed_text: str | None = None
+    messages: list[dict[str, Any]]
+    model: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    response: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usage_source: str = "api"
+    attempts: int = 1
+    attempt: int | None = None
+    resubmission: bool = False
+    valid: bool = True
+    escalated: bool = False
+    error: str | None = None
+    outcome: str = "bypass"
+    similarity: float | None = None  # raw cosine of the candidate used or rejected
+    similarity_normalized: float | None = None  # the thesis's (cos + 1) / 2
+    modifier: str | None = None
+    entry_id: int | None = None
+    cost_usd: float = 0.0
+    avoided_usd: float = 0.0
+    latency_s: float = 0.0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Recorder:
+    """Appends :class:`RecordedCall` lines to a JSONL file; safe to share between threads.
+
+    Each line is written with a single ``write`` of a complete line and flushed, so a crash
+    leaves at most a truncated last line (``read_records`` skips it).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def record(self, call: RecordedCall) -> None:
+        line = call.model_dump_json() + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_records(path: str | Path, *, include_invalid: bool = False) -> list[RecordedCall]:
+    """Read a recorded dataset; a truncated or malformed line is skipped, not fatal."""
+    out: list[RecordedCall] = []
+    with Path(path).open(encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = RecordedCall.model_validate_json(line)
+            except ValueError:
+                continue
+            if rec.kind == "call" or include_invalid:
+                out.append(rec)
+    return out

