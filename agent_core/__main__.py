@@ -99,6 +99,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     # The per-call retry log of llmcache is too chatty for a run's console.
     logging.getLogger("llmcache").setLevel(logging.WARNING)
+    # One line per HTTP request would bury the progress bar.
+    for name in ("httpx", "httpx2", "openai"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     world = load_world(args.world)
     names = [n for part in args.agents or [] for n in part.split(",") if n.strip()]
     seeds = load_agents(args.agents_file, names=names or None, world=world)
