@@ -621,7 +621,9 @@ class Agent:
                 location=p.location,
             )
             for p in self.plan
-            if p.end - max(p.start, busy_until) > 0
+            # A leftover shorter than the 30-minute minimum cannot be kept; showing it would
+            # contradict the prompt's own rule, and models copy it into invalid answers.
+            if p.end - max(p.start, busy_until) >= 30
         ]
         if not remaining or end - busy_until < 30:
             # Nothing left to fit (or no room for it): the day simply ends after the reaction.

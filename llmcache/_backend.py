@@ -400,6 +400,18 @@ class LocalBackend:
                     # Index files are derived data: the next open rebuilds what is missing.
                     logger.warning("could not save the index of %s", pkey, exc_info=True)
 
+    def wait_for_indexes(self, timeout: float | None = None) -> bool:
+        """Wait until no table's index is being rebuilt in the background (a table that
+        outgrew exact search moves to HNSW in a thread); ``True`` when none is."""
+        with self._lock:
+            states = list(self._indexes.values())
+        done = True
+        for state in states:
+            wait = getattr(state.index, "wait", None)
+            if callable(wait):
+                done = bool(wait(timeout)) and done
+        return done
+
     def close(self) -> None:
         with self._lock:
             if self._closed:

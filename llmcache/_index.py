@@ -14,11 +14,13 @@ hnswlib does not support an ``add`` running concurrently with a ``search``.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,21 @@ logger = logging.getLogger(__name__)
 # exact search also costs no recall, no graph memory and no insert time (an HNSW insert is a
 # graph search, ~1-4 ms here). Measured by benchmarks/bench_index.py (--crossover).
 DEFAULT_EXACT_LIMIT = 10_000
+
+# Vectors per add_items call of a background build: small enough that a cancelled build stops
+# within about a second on 2 cores.
+_BUILD_CHUNK = 256
+
+# Indexes with a background build that may still run; stopped and joined at exit.
+_LIVE_BUILDS: weakref.WeakSet[AutoIndex] = weakref.WeakSet()
+
+
+def _stop_builds_at_exit() -> None:
+    for index in list(_LIVE_BUILDS):
+        index.close()
+
+
+atexit.register(_stop_builds_at_exit)
 
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -491,6 +508,7 @@ class AutoIndex:
         migration.thread = threading.Thread(
             target=self._migrate, args=(migration,), name="llmcache-hnsw-build", daemon=True
         )
+        _LIVE_BUILDS.add(self)
         migration.thread.start()
 
     def _migrate(self, migration: _Migration) -> None:
@@ -498,11 +516,12 @@ class AutoIndex:
             options = dict(self._hnsw_options)
             options.setdefault("initial_capacity", 2 * len(migration.ids))
             hnsw = HnswIndex(self._dim, **options)
-            # In chunks, so that close() or load() can stop a build that is no longer wanted.
-            for start in range(0, len(migration.ids), 4096):
+            # In small chunks, so that close() or load() can stop a build that is no longer
+            # wanted within about a second, and join it before the interpreter exits.
+            for start in range(0, len(migration.ids), _BUILD_CHUNK):
                 if migration.cancelled:
                     return
-                stop = start + 4096
+                stop = start + _BUILD_CHUNK
                 hnsw.add(migration.ids[start:stop].tolist(), migration.vectors[start:stop])
             migration.vectors = np.empty((0, self._dim), dtype=np.float32)
             while True:
@@ -539,11 +558,19 @@ class AutoIndex:
         return self._migration is None
 
     def close(self) -> None:
-        """Stop a background build (the exact index stays complete)."""
+        """Stop a background build and wait for its thread (the exact index stays complete).
+
+        The wait matters: a daemon thread killed at interpreter exit while hnswlib's worker
+        threads run aborts the process ("terminate called without an active exception").
+        """
         with self._lock:
-            if self._migration is not None:
-                self._migration.cancelled = True
+            migration = self._migration
+            if migration is not None:
+                migration.cancelled = True
                 self._migration = None
+        thread = migration.thread if migration is not None else None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def save(self, path: Path) -> None:
         with self._lock:

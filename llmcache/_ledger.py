@@ -201,7 +201,7 @@ class CacheStats(BaseModel):
             sim = f"{t.similarity_mean:.3f}" if t.similarity_mean is not None else "-"
             lines.append(
                 f"{t.category[:26]:<26} {t.agent[:16]:<16} {t.lookups:>7} {t.hits:>6} "
-                f"{100 * t.hit_rate:>5.1f}% {sim:>8} {t.usd_spent:>10.4f} {t.usd_avoided:>10.4f} "
+                f"{100 * t.hit_rate:>5.1f}% {sim:>8} {t.usd_spent:>10.6f} {t.usd_avoided:>10.6f} "
                 f"{t.tokens_spent:>10} {t.tokens_avoided:>11}"
             )
         return "\n".join(lines)

@@ -399,8 +399,14 @@ class PgBackend:
     def _schema_version(self, conn: psycopg.Connection[Any]) -> int | None:
         """The version row of our schema; ``None`` when the schema has no llmcache tables."""
         meta = sql.Identifier(self._schema, "meta")
-        exists = conn.execute("SELECT to_regclass(%s)", (meta.as_string(conn),)).fetchone()
-        if exists is None or exists[0] is None:
+        # A plain query of pg_tables, not to_regclass(): to_regclass answers from the catalog
+        # cache, which can still hold "no such table" from a check made before we waited for
+        # the schema lock, and so misses tables another process has just committed.
+        exists = conn.execute(
+            "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'meta'",
+            (self._schema,),
+        ).fetchone()
+        if exists is None:
             return None
         row = conn.execute(
             sql.SQL("SELECT value FROM {} WHERE key = 'schema_version'").format(meta)
