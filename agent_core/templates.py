@@ -43,6 +43,7 @@ __all__ = [
     "ACTOR_REACTION",
     "ACTOR_STATUS",
     "AGENT_REACTION",
+    "ANSWER_TOKENS",
     "CATEGORIES",
     "DECOMPOSITION",
     "DIALOGUE_SUMMARY",
@@ -620,3 +621,24 @@ def template(category: str) -> Template[Any]:
         return _BY_CATEGORY[category]
     except KeyError:
         raise KeyError(f"unknown category {category!r}; known: {list(CATEGORIES)}") from None
+
+
+# Answer length caps per category for small local models: room for the longest valid answer seen
+# on SmolLM2/Qwen plus a margin. Constrained decoding stops at the closing brace, so a cap only
+# bounds a rambling string; an answer cut off by it does not parse and counts as invalid.
+ANSWER_TOKENS: Mapping[str, int] = {
+    "importance score": 16,
+    "initial plan generation": 320,
+    "plan decomposition": 200,
+    "future plan revision": 400,
+    "finding location": 48,
+    "actor reaction": 96,
+    "high-level questions": 160,
+    "high-level insights": 400,
+    "memory summary": 160,
+    "new actor statuses": 48,
+    "agent reaction": 96,
+    "relationship summary": 128,
+    "dialogue utterance": 96,
+    "dialogue summary": 96,
+}

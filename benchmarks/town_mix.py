@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from agent_core import Requirements, Simulation, Template, TownLLM
 from agent_core.llm import cache_config
-from agent_core.templates import SlotValue
+from agent_core.templates import ANSWER_TOKENS, SlotValue
 from agent_core.testing import ScriptedLLM
 from llmcache import CachedLLM, SemanticCache
 from llmcache.testing import HashEmbedder
@@ -41,22 +41,7 @@ R = TypeVar("R", bound=BaseModel)
 Prompt = dict[str, Any]
 
 #: Answer length caps per category (constrained decoding stops at the closing brace).
-MAX_TOKENS: Mapping[str, int] = {
-    "importance score": 16,
-    "initial plan generation": 320,
-    "plan decomposition": 200,
-    "future plan revision": 400,
-    "finding location": 48,
-    "actor reaction": 96,
-    "high-level questions": 160,
-    "high-level insights": 400,
-    "memory summary": 160,
-    "new actor statuses": 48,
-    "agent reaction": 96,
-    "relationship summary": 128,
-    "dialogue utterance": 96,
-    "dialogue summary": 96,
-}
+MAX_TOKENS = ANSWER_TOKENS
 
 
 @dataclass(frozen=True)

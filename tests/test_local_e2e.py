@@ -33,7 +33,7 @@ from pydantic import BaseModel
 
 from agent_core import CATEGORIES, Requirements, Simulation, Template, TownLLM, template
 from agent_core.llm import cache_config
-from agent_core.templates import SlotValue
+from agent_core.templates import ANSWER_TOKENS, SlotValue
 from agent_core.testing import ScriptedLLM
 from llmcache import CachedLLM, Mode, RecordedCall, Recorder, SemanticCache, read_records
 from llmcache._errors import LocalServerError
@@ -64,22 +64,7 @@ BEYOND_LOCAL_TIERS = frozenset({"plan decomposition", "future plan revision"})
 # Answer length caps, per category: room for the longest valid answer seen here plus a margin.
 # Constrained decoding stops at the closing brace, so a cap only bounds a rambling string; an
 # answer cut off by it does not parse and counts as an invalid attempt.
-MAX_TOKENS: Mapping[str, int] = {
-    "importance score": 16,
-    "initial plan generation": 320,
-    "plan decomposition": 200,
-    "future plan revision": 400,
-    "finding location": 48,
-    "actor reaction": 96,
-    "high-level questions": 160,
-    "high-level insights": 400,
-    "memory summary": 160,
-    "new actor statuses": 48,
-    "agent reaction": 96,
-    "relationship summary": 128,
-    "dialogue utterance": 96,
-    "dialogue summary": 96,
-}
+MAX_TOKENS = ANSWER_TOKENS
 
 
 def _missing(model: str) -> str | None:

@@ -10,7 +10,7 @@ import pytest
 from agent_core import CATEGORIES, GROUPS, TEMPLATES, Requirements, template
 from agent_core.llm import cache_config, category_policy
 from agent_core.revise import REVISION_BUILDERS
-from agent_core.templates import category_of_schema_name
+from agent_core.templates import ANSWER_TOKENS, category_of_schema_name
 from llmcache import Choose, Mode, Read, Revise
 
 EXPECTED = {
@@ -185,3 +185,8 @@ def test_policies_follow_the_declarations() -> None:
         with pytest.raises(ValueError):
             policy.validator("not json at all")
     assert config.threshold == 0.8
+
+
+def test_every_category_has_an_answer_length_cap() -> None:
+    assert set(ANSWER_TOKENS) == set(CATEGORIES)
+    assert all(8 <= n <= 1024 for n in ANSWER_TOKENS.values())
