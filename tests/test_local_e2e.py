@@ -50,7 +50,7 @@ pytestmark = pytest.mark.slow
 
 R = TypeVar("R", bound=BaseModel)
 
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 5
 """Attempts on the default model before the superior model gets ``escalation_attempts`` (3)."""
 ESCALATION_ATTEMPTS = 3
 
