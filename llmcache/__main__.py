@@ -20,9 +20,9 @@ def _stats(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(stats.model_dump_json(indent=2) + "\n")
     elif not tables:
-        print(f"{args.location}: no calls recorded yet")
+        sys.stdout.write(f"{args.location}: no calls recorded yet\n")
     else:
-        print(stats.render())
+        sys.stdout.write(stats.render() + "\n")
     return 0
 
 
@@ -33,8 +33,9 @@ def _partitions(args: argparse.Namespace) -> int:
     finally:
         backend.close()
     for p, n in sorted(rows, key=lambda r: (r[0].category, r[0].agent)):
-        print(json.dumps({"category": p.category, "agent": p.agent, "model": p.model,
-                          "key": p.key, "entries": n}, ensure_ascii=False))  # fmt: skip
+        row = {"category": p.category, "agent": p.agent, "model": p.model, "key": p.key,
+               "entries": n}  # fmt: skip
+        sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
     return 0
 
 

@@ -40,3 +40,12 @@ def test_scheduling_hints_do_not_split_tables_but_sampling_params_do() -> None:
     sampled = partition_for(options, {**base, "extra_body": {"top_k": 5}})
     assert plain.key == hinted.key
     assert plain.key != sampled.key
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import llmcache.testing
+
+    result = doctest.testmod(llmcache.testing)
+    assert result.attempted >= 3 and result.failed == 0
