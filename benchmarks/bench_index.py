@@ -19,10 +19,12 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
 import time
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
@@ -93,6 +95,46 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**30
 
 
+def build_hnsw(
+    args: argparse.Namespace, n: int, data: NDArray[np.float32]
+) -> tuple[HnswIndex, float, int]:
+    """Build the graph in chunks, checkpointing to ``--checkpoint`` so a killed run resumes.
+
+    Returns the index, the build time summed over all runs, and where this run resumed.
+    """
+    hnsw = HnswIndex(
+        args.dim,
+        M=args.M,
+        ef_construction=args.ef_construction,
+        initial_capacity=n,
+        num_threads=args.threads,
+    )
+    built, spent, resumed = 0, 0.0, 0
+    ckpt = progress = None
+    if args.checkpoint:
+        os.makedirs(args.checkpoint, exist_ok=True)
+        name = f"hnsw-n{n}-d{args.dim}-M{args.M}-ef{args.ef_construction}-seed{args.seed}"
+        ckpt = Path(args.checkpoint) / f"{name}.bin"
+        progress = Path(args.checkpoint) / f"{name}.json"
+        if progress.exists() and ckpt.exists():
+            state = json.loads(progress.read_text())
+            hnsw.load(ckpt)
+            built, spent, resumed = state["built"], state["seconds"], state["built"]
+    ids = np.arange(n, dtype=np.int64)
+    step = 10_000
+    t0 = time.perf_counter()
+    for start in range(built, n, step):
+        hnsw.add(ids[start : start + step].tolist(), data[start : start + step])
+        done = min(start + step, n)
+        if done % 100_000 == 0 or done == n:
+            elapsed = spent + time.perf_counter() - t0
+            print(f"  built {done:,}/{n:,} in {elapsed:.0f} s", flush=True)
+            if ckpt is not None and progress is not None and n >= 200_000:
+                hnsw.save(ckpt)
+                progress.write_text(json.dumps({"built": done, "seconds": elapsed}))
+    return hnsw, spent + time.perf_counter() - t0, resumed
+
+
 def run_size(args: argparse.Namespace, n: int, rng: np.random.Generator) -> None:
     dim = args.dim
     print(f"\n== n = {n:,} vectors, dim {dim} ==")
@@ -113,23 +155,14 @@ def run_size(args: argparse.Namespace, n: int, rng: np.random.Generator) -> None
     ids = np.arange(n, dtype=np.int64)
 
     # -- HNSW ----------------------------------------------------------------------------------
-    hnsw = HnswIndex(
-        dim,
-        M=args.M,
-        ef_construction=args.ef_construction,
-        initial_capacity=n,
-        num_threads=args.threads,
-    )
-    t0 = time.perf_counter()
-    for start in range(0, n, 10_000):
-        hnsw.add(ids[start : start + 10_000].tolist(), data[start : start + 10_000])
-    build = time.perf_counter() - t0
+    hnsw, build, resumed = build_hnsw(args, n, data)
     file_mb = hnsw._index.index_file_size() / 2**20
     print(
         f"hnsw build (M={args.M}, ef_construction={args.ef_construction}, "
         f"{args.threads} threads): {build:.1f} s = {build / n * 1e6 * max(args.threads, 1):.0f} "
         f"µs·thread per vector; index file {file_mb:,.0f} MiB "
         f"(raw vectors {n * dim * 4 / 2**20:,.0f} MiB)"
+        + (f"; resumed from a checkpoint at {resumed:,} vectors" if resumed else "")
     )
 
     # -- exact ---------------------------------------------------------------------------------
@@ -250,6 +283,11 @@ def main() -> None:
         help="hnswlib threads for the bulk build",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="directory to checkpoint large HNSW builds to (every 100k), so a rerun resumes",
+    )
     args = parser.parse_args()
 
     print(

@@ -126,6 +126,8 @@ def _send_validated(
         attempts=len(plan),
         last_content=last_content,
         last_error=last_reason,
+        usage=usage,
+        cost_usd=cost,
     )
 
 
@@ -248,6 +250,9 @@ class _Call:
         except InvalidResponseError as exc:
             logger.info("revision failed validation; treating as a miss: %s", exc)
             content = None
+            if isinstance(exc.usage, Usage):
+                spent = spent + exc.usage
+                cost += exc.cost_usd
         reason = check(self.validate, content)
         # Whatever the modifier spent is spent, hit or not.
         self.info.usage = self.info.usage + spent
@@ -296,6 +301,9 @@ class _Call:
             )
         except InvalidResponseError as exc:
             self.info.attempts = exc.attempts
+            if isinstance(exc.usage, Usage):
+                self.info.usage = self.info.usage + exc.usage
+                self.info.cost_usd += exc.cost_usd
             self._account()
             raise
         self.info.attempts = result.attempts

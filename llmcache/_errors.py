@@ -19,6 +19,8 @@ unchanged: llmcache never hides or rewraps the provider's own failures.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ConfigurationError",
     "CorruptEntryError",
@@ -59,14 +61,27 @@ class InvalidResponseError(LLMCacheError):
     """The LLM answered invalidly on every attempt, including the escalation attempts.
 
     ``attempts`` counts every request sent; ``last_content`` is the last invalid answer and
-    ``last_error`` the validator's reason for refusing it.
+    ``last_error`` the validator's reason for refusing it; ``usage``/``cost_usd`` what the
+    refused attempts cost.
     """
 
-    def __init__(self, message: str, *, attempts: int, last_content: str | None, last_error: str):
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int,
+        last_content: str | None,
+        last_error: str,
+        usage: Any = None,
+        cost_usd: float = 0.0,
+    ):
         super().__init__(message)
         self.attempts = attempts
         self.last_content = last_content
         self.last_error = last_error
+        # What the refused attempts spent (an llmcache Usage): spent all the same.
+        self.usage = usage
+        self.cost_usd = cost_usd
 
 
 class LocalServerError(LLMCacheError):

@@ -387,7 +387,11 @@ def test_giving_up_raises_and_stores_nothing(tmp_path: Path) -> None:
         client.chat.completions.create(model="m", messages=MSGS, cache=opts())
     assert err.value.attempts == 3 and err.value.last_content == "never valid"
     assert client.cache.partitions() == []
-    assert client.cache.stats().total.attempts == 3
+    total = client.cache.stats().total
+    assert total.attempts == 3
+    # The refused attempts were paid for: their tokens count as spent.
+    assert err.value.usage is not None and err.value.usage.total_tokens > 0
+    assert total.tokens_spent == err.value.usage.total_tokens and total.usd_spent > 0
 
 
 # -- failures of the cache itself ------------------------------------------------------------
