@@ -625,12 +625,14 @@ def template(category: str) -> Template[Any]:
 
 # Answer length caps per category for small local models: room for the longest valid answer seen
 # on SmolLM2/Qwen plus a margin. Constrained decoding stops at the closing brace, so a cap only
-# bounds a rambling string; an answer cut off by it does not parse and counts as invalid.
+# bounds a rambling string; an answer cut off by it does not parse and counts as invalid. The
+# schedule caps are wide because Qwen pretty-prints: a valid 7-item plan took 339 tokens, and a
+# 320 cap turned every one of its plans into a truncated, refused answer.
 ANSWER_TOKENS: Mapping[str, int] = {
     "importance score": 16,
-    "initial plan generation": 320,
-    "plan decomposition": 200,
-    "future plan revision": 400,
+    "initial plan generation": 768,
+    "plan decomposition": 768,
+    "future plan revision": 1024,
     "finding location": 48,
     "actor reaction": 96,
     "high-level questions": 160,
