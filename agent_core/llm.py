@@ -140,10 +140,14 @@ class TownLLM:
         transient_retries: int = 3,
         retry_backoff: float = 0.5,
         owned: tempfile.TemporaryDirectory[str] | None = None,
+        answer_tokens: Mapping[str, int] | None = None,
     ) -> None:
         self.llm = llm
         self.model = model
         self.params = dict(params or {})
+        # Per-category ``max_tokens`` (e.g. ``templates.ANSWER_TOKENS``): a small local model
+        # can ramble inside a JSON string until the context is full; ``params`` wins.
+        self.answer_tokens = dict(answer_tokens or {})
         self.transient_retries = transient_retries
         self.retry_backoff = retry_backoff
         self.stats = LLMStats()
@@ -197,6 +201,9 @@ class TownLLM:
     def _send(
         self, t: Template[Any], messages: list[dict[str, str]], options: CacheOptions
     ) -> str | None:
+        params = dict(self.params)
+        if t.category in self.answer_tokens:
+            params.setdefault("max_tokens", self.answer_tokens[t.category])
         for attempt in range(self.transient_retries + 1):
             try:
                 completion, info = self.llm.chat.completions.create_with_info(
@@ -204,7 +211,7 @@ class TownLLM:
                     messages=messages,
                     response_format=t.response_format(),
                     cache=options,
-                    **self.params,
+                    **params,
                 )
             except InvalidResponseError as exc:
                 logger.warning(
@@ -258,6 +265,7 @@ def open_town_llm(
     params: Mapping[str, Any] | None = None,
     transient_retries: int = 3,
     retry_backoff: float = 0.5,
+    answer_tokens: Mapping[str, int] | None = None,
 ) -> TownLLM:
     """A :class:`TownLLM` over any OpenAI-compatible ``client``.
 
@@ -266,6 +274,7 @@ def open_town_llm(
     ``record_to`` appends every call to a JSONL dataset. ``transient_retries`` is how often a
     connection, timeout, rate-limit or server error is retried (with backoff) before the call
     counts as failed; the first wait is ``retry_backoff`` seconds, doubling each time.
+    ``answer_tokens`` caps the answer length per category (``templates.ANSWER_TOKENS``).
     """
     owned: tempfile.TemporaryDirectory[str] | None = None
     if cache_dir is None:
@@ -295,4 +304,5 @@ def open_town_llm(
         transient_retries=transient_retries,
         retry_backoff=retry_backoff,
         owned=owned,
+        answer_tokens=answer_tokens,
     )

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 with_llm=1
-extras="dev,pg"
+extras="dev,pg,experiments"
 for arg in "$@"; do
   case "$arg" in
     --no-llm) with_llm=0 ;;

@@ -1,0 +1,136 @@
+"""``python -m experiments``: the thesis's chapter-3 caching study on our town.
+
+    python -m experiments reproduce --profile quick      # everything, ~15-20 min on 2 cores
+    python -m experiments collect --profile quick        # only the simulation runs
+    python -m experiments saturation --profile quick     # one experiment (runs cached)
+    python -m experiments report --profile quick         # figures + report.md from the JSONs
+
+The LLM is chosen as everywhere in llmcache (``LLMCACHE_LLM``, ``LLMCACHE_BASE_URL``, ...;
+default: the bundled local models, no network). Results go to ``results/<profile>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from ._profiles import PROFILES, get_profile
+from ._report import write_report
+from ._reproduce import EXPERIMENTS, Study, reproduce
+from ._results import CostResult, SaturationResult, load_result
+
+
+def _summary(out: Path, report: Path, seconds: float) -> None:
+    """The quick cost-reduction study in a few lines: what the README's main command ends in."""
+    print(f"\nchapter-3 study reproduced in {seconds / 60:.1f} min")
+    cost_path = out / "cost.json"
+    if cost_path.exists():
+        cost = load_result(CostResult, cost_path)
+        by = {m.mode: m for m in cost.study_prices}
+        none = cost.replay.get("none", {}).get("spent_usd", 0.0)
+        print(f"cost of a held-out run ({cost.sim_days:g} simulated days), gpt-4o-mini prices:")
+        print(f"  without caching             ${by['none'].total_usd:.4f}")
+        for mode in ("full", "keyword"):
+            m = by[mode]
+            r = cost.replay.get(mode, {})
+            spent = r.get("spent_usd", 0.0)
+            print(
+                f"  {mode:8} cache, study model   ${m.total_usd:.4f}  "
+                f"({100 * (m.reduction or 0):.1f}% less)"
+            )
+            print(
+                f"  {mode:8} cache, CachedLLM    ${spent:.4f} vs ${none:.4f} measured "
+                f"({int(r.get('hits', 0))}/{int(r.get('calls', 0))} hits)"
+            )
+    sat_path = out / "saturation.json"
+    if sat_path.exists():
+        sat = load_result(SaturationResult, sat_path)
+        print("saturation (mean best similarity of run 1's prompts as the combined table grows):")
+        for mode, curves in sat.curves.items():
+            comb = curves[-1]
+            pts = "  ".join(
+                f"{t:g}d:{m:.3f}" for t, m in zip(sat.thresholds_days, comb.mean, strict=True)
+            )
+            print(f"  {mode:8} {pts}")
+    print(f"figures: {out / 'figures'}")
+    print(f"report:  {report}")
+
+
+def _recorded_llm(out: Path) -> str:
+    from ._results import CollectResult
+
+    path = out / "collect.json"
+    if not path.exists():
+        return "unknown (no collect.json)"
+    runs = load_result(CollectResult, path).runs
+    return runs[0].llm if runs else "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "command",
+        choices=[*EXPERIMENTS, "reproduce", "report", "notebooks"],
+        help="one experiment, all of them (reproduce), or figures + report from saved results",
+    )
+    parser.add_argument("--profile", default="quick", choices=sorted(PROFILES))
+    parser.add_argument("--out", help="results directory (default: results/<profile>)")
+    parser.add_argument("--force", action="store_true", help="recompute cached results")
+    parser.add_argument("--no-notebooks", action="store_true", help="reproduce: skip notebooks")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for name in ("httpx", "httpx2", "openai", "llmcache"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # The town logs every call that fell back; collect.json counts them per run instead.
+    logging.getLogger("agent_core").setLevel(logging.ERROR)
+    profile = get_profile(args.profile)
+    out = Path(args.out or f"results/{profile.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    study = Study(profile, out, progress=not args.quiet, force=args.force)
+    started = time.perf_counter()
+    command = "python -m experiments " + shlex.join(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.command == "reproduce":
+            reproduce(study)
+        elif args.command in EXPERIMENTS:
+            study.force = True
+            study.step(args.command)
+        if args.command in ("reproduce", "report"):
+            from ._plots import plot_all
+
+            plot_all(out)
+            llm = study.conn.backend.description if study.connected else _recorded_llm(out)
+            judge = study.judge_model if study.connected else f"{profile.judge_tier} tier"
+            report = write_report(
+                out,
+                profile,
+                llm=llm,
+                judge_model=judge,
+                embedder=study.embedder.model_id,
+                timings=study.timings,
+                command=command,
+            )
+            if args.command == "reproduce" and not args.no_notebooks:
+                from ._notebooks import execute_notebooks
+
+                execute_notebooks(out, out / "notebooks")
+            _summary(out, report, time.perf_counter() - started)
+        if args.command == "notebooks":
+            from ._notebooks import execute_notebooks
+
+            for p in execute_notebooks(out, out / "notebooks"):
+                print(p)
+    finally:
+        study.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

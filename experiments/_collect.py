@@ -1,0 +1,129 @@
+"""``collect``: simulate the town R times on a real LLM and keep every run's dataset.
+
+Runs are cached: a run whose dataset and summary exist for the same settings is not simulated
+again, so re-plotting or re-running one experiment never re-simulates. A run interrupted half
+way (dataset without summary) is simulated again from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from agent_core import Simulation
+from agent_core.llm import open_town_llm
+from agent_core.persona import load_agents
+from agent_core.sim import RunSummary
+from agent_core.templates import ANSWER_TOKENS
+from llmcache import Embedder, Mode, read_records
+
+from ._data import load_run
+from ._profiles import Profile
+from ._results import CollectResult, RunInfo
+
+__all__ = ["collect", "run_paths"]
+
+logger = logging.getLogger("experiments")
+
+
+def run_paths(out: Path, run: int) -> tuple[Path, Path]:
+    """The dataset and the summary of run ``run`` (1-based) under a results directory."""
+    data = out / "data"
+    return data / f"run{run}.jsonl", data / f"run{run}.summary.json"
+
+
+def _settings(profile: Profile, run: int, llm: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "seed": run,
+        "days": profile.days,
+        "agents": profile.agents,
+        "max_attempts": profile.max_attempts,
+        "escalate": profile.escalate,
+        "llm": llm.get("description"),
+    }
+
+
+def collect(
+    profile: Profile,
+    out: Path,
+    *,
+    client: Any,
+    model: str,
+    superior_model: str | None,
+    llm_report: dict[str, Any],
+    embedder: Embedder,
+    progress: bool = True,
+) -> CollectResult:
+    """Simulate ``profile.runs`` runs (seeds 1..R) unless already recorded; describe them."""
+    infos: list[RunInfo] = []
+    for run in range(1, profile.runs + 1):
+        dataset, summary_path = run_paths(out, run)
+        settings = _settings(profile, run, llm_report)
+        summary = _cached_summary(summary_path, settings)
+        if summary is None:
+            dataset.parent.mkdir(parents=True, exist_ok=True)
+            dataset.unlink(missing_ok=True)
+            logger.info("collect: simulating run %d of %d", run, profile.runs)
+            llm = open_town_llm(
+                client,
+                model=model,
+                mode=Mode.OFF,
+                record_to=dataset,
+                max_attempts=profile.max_attempts,
+                superior_model=superior_model if profile.escalate else None,
+                answer_tokens=ANSWER_TOKENS,
+            )
+            try:
+                seeds = load_agents(names=profile.agents) if profile.agents else None
+                sim = Simulation(llm, embedder=embedder, seeds=seeds, seed=run)
+                summary = sim.run(profile.days, progress=progress)
+            finally:
+                llm.close()
+            payload = {"settings": settings, "summary": summary.model_dump(mode="json")}
+            summary_path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        infos.append(_describe(run, dataset, summary, llm_report))
+    return CollectResult(profile=profile.name, runs=infos)
+
+
+def _cached_summary(path: Path, settings: dict[str, Any]) -> RunSummary | None:
+    if not path.exists():
+        return None
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if payload.get("settings") != settings:
+        logger.info("collect: %s was recorded with other settings; simulating again", path)
+        return None
+    return RunSummary.model_validate(payload["summary"])
+
+
+def _describe(run: int, dataset: Path, summary: RunSummary, llm: dict[str, Any]) -> RunInfo:
+    calls = read_records(dataset)
+    kept = load_run(dataset, run)
+    failed = sum(summary.failed.values())
+    recorded = len(calls) + failed
+    # A call needed resubmission when its first answer was refused; a failed call (no valid
+    # answer at all) needed it too. Escalated: the superior model answered or was tried last.
+    resubmitted = sum(1 for c in calls if c.attempts > 1) + failed
+    escalated = sum(summary.escalated.values())
+    return RunInfo(
+        run=run,
+        seed=summary.seed,
+        days=summary.days,
+        agents=summary.agents,
+        dataset=str(dataset.name),
+        wall_seconds=summary.wall_seconds,
+        prompts_recorded=recorded,
+        prompts_kept=len(kept),
+        per_category=dict(sorted(Counter(p.category for p in kept).items())),
+        resubmitted=resubmitted,
+        resubmission_rate=resubmitted / recorded if recorded else 0.0,
+        escalated=escalated,
+        superior_rate=escalated / recorded if recorded else 0.0,
+        failed=failed,
+        llm=str(llm.get("description", "")),
+    )

@@ -1,0 +1,261 @@
+"""Experiment 6, cost (Fig 3.12/3.13): description lengths, the study's cost model, and a replay.
+
+Two views of the same question -- what does caching save on a held-out run?
+
+- **The study's cost model** (``_cost``): characters / 4 = tokens at gpt-4o-mini and
+  text-embedding-3-small prices; building a table costs the embeddings of its entries, using it
+  costs the query embeddings plus the revise prompts. The revise prompt is built by the town's
+  real revision builder from each mode's best candidate; the revised answer is taken to be as
+  long as the cached one (the revision rewrites it). Priced twice: with the study's embedding
+  price, and with our local embedder (no dollars).
+- **A replay through llmcache** (measured): the table run's recorded answers are written into a
+  real ``SemanticCache`` through ``CachedLLM`` (collect mode, replaying the recorded answers),
+  then every held-out query is sent through ``CachedLLM`` in serve mode to the real LLM: read
+  and choose hits cost nothing, revise hits make real revision calls, misses real calls. The
+  ledger's token counts (the server's usage) priced at gpt-4o-mini give spent and avoided
+  dollars.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice
+from openai.types.completion_usage import CompletionUsage
+
+from agent_core.llm import cache_config
+from agent_core.revise import RevisionRequest, build_revision
+from agent_core.templates import ANSWER_TOKENS, Requirements, template
+from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, SemanticCache
+from llmcache._types import canonical_json
+
+from ._cost import (
+    LOCAL_EMBEDDER_PRICES,
+    STUDY_PRICES,
+    CostPrompt,
+    description_lengths,
+    mode_costs,
+)
+from ._data import MODES, EmbeddingStore, Prompt, kept_groups
+from ._results import CostResult
+from ._retrieval import TableIndex
+
+__all__ = ["ReplayClient", "cost_study"]
+
+
+class _Completions:
+    def __init__(self, answers: dict[str, Prompt]) -> None:
+        self._answers = answers
+
+    def create(self, **kwargs: Any) -> ChatCompletion:
+        p = self._answers.get(canonical_json(kwargs["messages"]))
+        if p is None:
+            raise KeyError("the replay has no recorded answer for these messages")
+        return ChatCompletion(
+            id=f"replay-{p.run}-{p.index}",
+            object="chat.completion",
+            created=int(time.time()),
+            model=p.model,
+            choices=[
+                Choice(
+                    index=0,
+                    finish_reason="stop",
+                    message=ChatCompletionMessage(role="assistant", content=p.response),
+                )
+            ],
+            usage=CompletionUsage(
+                prompt_tokens=p.prompt_tokens,
+                completion_tokens=p.completion_tokens,
+                total_tokens=p.prompt_tokens + p.completion_tokens,
+            ),
+        )
+
+
+class _Chat:
+    def __init__(self, answers: dict[str, Prompt]) -> None:
+        self.completions = _Completions(answers)
+
+
+class ReplayClient:
+    """An OpenAI-shaped client that answers with a recorded run's real answers.
+
+    It is how a table is rebuilt from a dataset through the library's own write path (same
+    partitions, same embeddings as a live run); it never answers a query it has not recorded.
+    """
+
+    def __init__(self, prompts: Sequence[Prompt]) -> None:
+        self.chat = _Chat({canonical_json(p.messages): p for p in prompts})
+
+
+def _request(p: Prompt) -> dict[str, Any]:
+    """The keyword arguments the town sent for ``p`` (what the table's partition hashes)."""
+    t = template(p.category)
+    return {
+        "model": p.model,
+        "messages": p.messages,
+        "response_format": t.response_format(),
+        "max_tokens": ANSWER_TOKENS[p.category],
+    }
+
+
+def _options(p: Prompt) -> CacheOptions:
+    t = template(p.category)
+    req = Requirements.model_validate(p.metadata.get("requirements") or {})
+    return CacheOptions(
+        category=p.category,
+        agent=p.agent,
+        keywords=p.keywords,
+        options=p.options,
+        validator=t.validator(req),
+        metadata=p.metadata,
+    )
+
+
+def _revise_chars(query: Prompt, cached: Prompt) -> int:
+    revise = query.metadata.get("revise") or {}
+    req = RevisionRequest(
+        category=query.category,
+        name=str(revise.get("name", query.agent)),
+        cached_content=cached.response,
+        requirements=Requirements.model_validate(query.metadata.get("requirements") or {}),
+        context={str(k): str(v) for k, v in (revise.get("context") or {}).items()},
+    )
+    messages = build_revision(req) or []
+    return sum(len(str(m.get("content", ""))) for m in messages)
+
+
+def _cost_prompts(
+    table_run: Sequence[Prompt], queries: Sequence[Prompt], store: EmbeddingStore
+) -> tuple[list[CostPrompt], list[CostPrompt]]:
+    def base(p: Prompt, **extra: Any) -> CostPrompt:
+        modifier = p.modifier if p.modifier in ("read", "choose", "revise") else "read"
+        return CostPrompt(
+            group=p.group,
+            category=p.category,
+            prompt_chars=p.prompt_chars,
+            answer_chars=len(p.response),
+            full_chars=len(p.description("full")),
+            keyword_chars=len(p.description("keyword")),
+            modifier=modifier,
+            **extra,
+        )
+
+    table = [base(p) for p in table_run]
+    keys = {p.key for p in table_run}
+    indexes = {m: TableIndex(table_run, store, m) for m in MODES}
+    out: list[CostPrompt] = []
+    for q in queries:
+        hit = q.key in keys
+        prompt_chars: dict[str, int] = {}
+        answer_chars: dict[str, int] = {}
+        if hit and q.modifier == "revise":
+            for m in MODES:
+                items, sims = indexes[m].similarities(store.embed([q.description(m)])[0], q.key)
+                best = items[int(sims.argmax())]
+                prompt_chars[m] = _revise_chars(q, best)
+                answer_chars[m] = len(best.response)
+        out.append(
+            base(q, hit=hit, revise_prompt_chars=prompt_chars, revise_answer_chars=answer_chars)
+        )
+    store.save()
+    return table, out
+
+
+def _replay(
+    table_run: Sequence[Prompt],
+    queries: Sequence[Prompt],
+    *,
+    client: Any,
+    model: str,
+    embedder: Any,
+    max_attempts: int,
+    progress: Callable[[int], None] | None,
+) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {
+        "none": {
+            "spent_usd": sum(q.cost_usd for q in queries),
+            "calls": float(len(queries)),
+        }
+    }
+    for mode in MODES:
+        with tempfile.TemporaryDirectory(prefix=f"cost-{mode}-") as tmp:
+            cache = SemanticCache(
+                tmp,
+                embedder=embedder,
+                config=cache_config(mode=Mode.COLLECT, embed=EmbedMode(mode), max_attempts=1),
+            )
+            builder = CachedLLM(ReplayClient(table_run), cache=cache)
+            for p in table_run:
+                builder.chat.completions.create_with_info(**_request(p), cache=_options(p))
+            serving = CachedLLM(
+                client,
+                cache=cache.with_config(mode=Mode.SERVE, max_attempts=max_attempts),
+            )
+            spent = avoided = 0.0
+            hits = calls = revise = 0
+            for q in queries:
+                kwargs = _request(q)
+                kwargs["model"] = model
+                try:
+                    _, info = serving.chat.completions.create_with_info(**kwargs, cache=_options(q))
+                except Exception:  # an unanswerable query costs what its tries cost
+                    calls += 1
+                    continue
+                spent += info.cost_usd
+                avoided += info.avoided_usd
+                calls += 1
+                hits += info.outcome == "hit"
+                revise += info.outcome == "hit" and info.modifier == "revise"
+                if progress is not None:
+                    progress(1)
+            cache.close()
+        out[mode] = {
+            "spent_usd": spent,
+            "avoided_usd": avoided,
+            "calls": float(calls),
+            "hits": float(hits),
+            "revise_calls": float(revise),
+        }
+    return out
+
+
+def cost_study(
+    table_run: Sequence[Prompt],
+    queries: Sequence[Prompt],
+    store: EmbeddingStore,
+    *,
+    client: Any,
+    model: str,
+    max_attempts: int,
+    sim_days: float,
+    progress: Callable[[int], None] | None = None,
+) -> CostResult:
+    table, qs = _cost_prompts(table_run, queries, store)
+    groups, overall = description_lengths([*table, *qs], kept_groups())
+    replay = _replay(
+        table_run,
+        queries,
+        client=client,
+        model=model,
+        embedder=store.embedder,
+        max_attempts=max_attempts,
+        progress=progress,
+    )
+    return CostResult(
+        chars_per_token=STUDY_PRICES.chars_per_token,
+        prices={
+            "llm_in": STUDY_PRICES.llm_in,
+            "llm_out": STUDY_PRICES.llm_out,
+            "embed": STUDY_PRICES.embed,
+        },
+        groups=groups,
+        description_reduction=overall,
+        study_prices=mode_costs(table, qs, STUDY_PRICES),
+        local_embedder=mode_costs(table, qs, LOCAL_EMBEDDER_PRICES),
+        replay=replay,
+        sim_days=sim_days,
+    )

@@ -1,0 +1,291 @@
+"""The judged experiments: correlation verification (Fig 3.4/3.5) and direct comparison (3.10).
+
+A cached candidate is first turned into an answer for the query by the category's own modifier
+-- the very ``Read`` / ``Choose`` / ``Revise`` objects the live cache uses, with the town's
+choose parser and revision prompts -- and validated against the query's rules. A candidate the
+modifier cannot adapt (or whose revision fails validation, or beyond the profile's revise
+budget) is judged as it was cached and counted in ``modifier_failures``: the live cache would
+have called the LLM instead, so those candidates show the cache's raw material, not its output.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agent_core.llm import category_policy
+from agent_core.templates import ANSWER_TOKENS, Requirements, template
+from llmcache import CacheOptions, Embedder, EmbedMode, Usage
+from llmcache._protocols import ModifyContext
+from llmcache._types import CacheEntry, Candidate, Partition, Similarity
+
+from ._data import MODES, EmbeddingStore, Prompt
+from ._judge import Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
+from ._rating import rating_table
+from ._results import CompareResult, CorrelationResult, JudgeReliability, RatingTable
+from ._retrieval import TableIndex, sample_per_group
+from ._stats import STUDY_REGIONS, best_per_region, split_regions
+
+__all__ = ["Adapter", "compare", "correlation"]
+
+logger = logging.getLogger("experiments")
+
+
+@dataclass
+class Adapter:
+    """Applies a category's modifier to a cached candidate, within a budget of revise calls."""
+
+    client: Any
+    model: str
+    embedder: Embedder
+    revise_budget: int
+    revise_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    failures: Counter[str] = field(default_factory=Counter)
+
+    def adapt(self, query: Prompt, cached: Prompt, similarity: float, mode: str) -> str:
+        """The answer the cache would give ``query`` from ``cached`` (or the cached text)."""
+        t = template(query.category)
+        policy = category_policy(t)
+        modifier = policy.modifier
+        if modifier is None or modifier.name == "read":
+            return cached.response
+        if modifier.name == "revise" and self.revise_calls >= self.revise_budget:
+            self.failures[mode] += 1
+            return cached.response
+        requirements = Requirements.model_validate(query.metadata.get("requirements") or {})
+        ctx = ModifyContext(
+            query_messages=query.messages,
+            options=CacheOptions(
+                category=query.category,
+                agent=query.agent,
+                keywords=query.keywords,
+                options=query.options,
+                metadata=query.metadata,
+            ),
+            candidate=Candidate(
+                entry=CacheEntry(
+                    partition=Partition(
+                        category=cached.category, agent=cached.agent, params_hash=""
+                    ),
+                    embed_text=cached.description(mode),
+                    embed_mode=EmbedMode(mode),
+                    embedder_id=self.embedder.model_id,
+                    vector_b64="",
+                    keywords=tuple(cached.keywords),
+                    options=tuple(cached.options) if cached.options else None,
+                    messages=cached.messages,
+                    content=cached.response,
+                    completion={},
+                    usage=Usage(),
+                    metadata=cached.metadata,
+                ),
+                similarity=Similarity(cosine=2 * similarity - 1),
+            ),
+            embedder=self.embedder,
+            complete=self._complete_for(query),
+        )
+        try:
+            text: str | None = modifier.apply(ctx)
+        except Exception as exc:  # a failed revision call is a modifier failure, not a crash
+            logger.warning("%s: modifier failed: %s", query.category, exc)
+            text = None
+        if text is not None:
+            try:
+                t.parse(text, requirements)
+                return text
+            except ValueError:
+                pass
+        self.failures[mode] += 1
+        return cached.response
+
+    def _complete_for(self, query: Prompt) -> Callable[[list[dict[str, Any]]], str]:
+        t = template(query.category)
+
+        def complete(messages: list[dict[str, Any]]) -> str:
+            self.revise_calls += 1
+            r = self.client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                response_format=t.response_format(),
+                max_tokens=ANSWER_TOKENS.get(query.category, 512),
+            )
+            if r.usage is not None:
+                self.usage.prompt_tokens += r.usage.prompt_tokens
+                self.usage.completion_tokens += r.usage.completion_tokens
+            return str(r.choices[0].message.content or "")
+
+        return complete
+
+
+def _judge_all(
+    judges: Sequence[Judge],
+    queries: Sequence[JudgeQuery],
+    llm_limit: int,
+    progress: Callable[[str, int], None] | None,
+) -> dict[str, list[Judgement]]:
+    out: dict[str, list[Judgement]] = {}
+    for judge in judges:
+        # The reference judge ranks every query; an LLM judge the first ``llm_limit`` (the
+        # sample order is seeded, so the subset is a random one).
+        subset = queries if judge.name == "reference" else queries[:llm_limit]
+        js = []
+        for q in subset:
+            js.append(judge.judge(q))
+            if progress is not None:
+                progress(judge.name, 1)
+        out[judge.name] = js
+    return out
+
+
+def _reliability(judged: dict[str, list[Judgement]]) -> dict[str, JudgeReliability]:
+    return {
+        name: reliability(name, js, other={o: v for o, v in judged.items() if o != name})
+        for name, js in judged.items()
+    }
+
+
+def correlation(
+    queries: Sequence[Prompt],
+    table_run: Sequence[Prompt],
+    store: EmbeddingStore,
+    adapter: Adapter,
+    judges: Sequence[Judge],
+    *,
+    per_group: int,
+    llm_judge_queries: int,
+    seed: int,
+    progress: Callable[[str, int], None] | None = None,
+) -> CorrelationResult:
+    """Best candidate per similarity region, modified, ranked with the truth by each judge."""
+    keys = {p.key for p in table_run}
+    pool = [q for q in queries if q.key in keys]
+    sample = [
+        q
+        for qs in sample_per_group(pool, per_group, random.Random(f"{seed}:corr")).values()
+        for q in qs
+    ]
+    regions = {m: split_regions(*STUDY_REGIONS[m]) for m in MODES}
+    filled: dict[str, dict[str, int]] = {m: {r.label: 0 for r in regions[m]} for m in MODES}
+    ratings: dict[str, dict[str, RatingTable]] = {}
+    judged_all: dict[str, dict[str, list[Judgement]]] = {}
+    for mode in MODES:
+        index = TableIndex(table_run, store, mode)
+        qv = store.embed([q.description(mode) for q in sample])
+        jqs: list[JudgeQuery] = []
+        for q, v in zip(sample, qv, strict=True):
+            items, sims = index.similarities(v, q.key)
+            best = best_per_region([float(s) for s in sims], regions[mode])
+            cands = []
+            for region, i in zip(regions[mode], best, strict=True):
+                if i is None:
+                    cands.append(JudgeCandidate(label=region.label, text=None))
+                    continue
+                filled[mode][region.label] += 1
+                text = adapter.adapt(q, items[i], float(sims[i]), mode)
+                cands.append(JudgeCandidate(label=region.label, text=text))
+            cands.append(JudgeCandidate(label="true", text=q.response))
+            jqs.append(_jq(q, cands, f"{mode}:{q.run}:{q.index}"))
+        judged = _judge_all(judges, _llm_first(jqs, seed), llm_judge_queries, progress)
+        judged_all[mode] = judged
+        labels = [r.label for r in regions[mode]] + ["true"]
+        for name, js in judged.items():
+            ratings.setdefault(name, {})[mode] = rating_table(name, js, labels=labels)
+    store.save()
+    merged: dict[str, list[Judgement]] = {}
+    for judged in judged_all.values():
+        for name, js in judged.items():
+            merged.setdefault(name, []).extend(js)
+    return CorrelationResult(
+        regions={m: [r.label for r in regions[m]] for m in MODES},
+        queries={m: len(sample) for m in MODES},
+        filled=filled,
+        modifier_failures={m: adapter.failures[m] for m in MODES},
+        ratings=ratings,
+        reliability=_reliability(merged),
+    )
+
+
+def _llm_first(jqs: list[JudgeQuery], seed: int) -> list[JudgeQuery]:
+    """A seeded order that spreads the groups, so an LLM judge's first N cover every group."""
+    rng = random.Random(f"{seed}:judge-order")
+    by_group: dict[str, list[JudgeQuery]] = {}
+    for q in jqs:
+        by_group.setdefault(q.group, []).append(q)
+    for items in by_group.values():
+        rng.shuffle(items)
+    out: list[JudgeQuery] = []
+    while any(by_group.values()):
+        for g in sorted(by_group):
+            if by_group[g]:
+                out.append(by_group[g].pop())
+    return out
+
+
+def _jq(q: Prompt, cands: list[JudgeCandidate], qid: str) -> JudgeQuery:
+    return JudgeQuery(
+        query_id=qid,
+        category=q.category,
+        group=q.group,
+        prompt=q.prompt_text,
+        truth=q.response,
+        candidates=cands,
+    )
+
+
+def compare(
+    queries: Sequence[Prompt],
+    table_run: Sequence[Prompt],
+    store: EmbeddingStore,
+    adapter: Adapter,
+    judges: Sequence[Judge],
+    *,
+    per_group: int,
+    llm_judge_queries: int,
+    seed: int,
+    progress: Callable[[str, int], None] | None = None,
+) -> CompareResult:
+    """Best full vs best keyword vs a random same-table answer of the held-out run vs truth."""
+    keys = {p.key for p in table_run}
+    pool = [q for q in queries if q.key in keys]
+    rng = random.Random(f"{seed}:compare")
+    sample = [q for qs in sample_per_group(pool, per_group, rng).values() for q in qs]
+    by_table: dict[tuple[str, str], list[Prompt]] = {}
+    for p in queries:
+        by_table.setdefault(p.key, []).append(p)
+    indexes = {m: TableIndex(table_run, store, m) for m in MODES}
+    vectors = {m: store.embed([q.description(m) for q in sample]) for m in MODES}
+    jqs: list[JudgeQuery] = []
+    counts: Counter[str] = Counter()
+    for n, q in enumerate(sample):
+        cands = []
+        for mode in MODES:
+            items, sims = indexes[mode].similarities(vectors[mode][n], q.key)
+            i = int(np.argmax(sims))
+            cands.append(
+                JudgeCandidate(label=mode, text=adapter.adapt(q, items[i], float(sims[i]), mode))
+            )
+        others = [p for p in by_table.get(q.key, []) if p.index != q.index]
+        cands.append(
+            JudgeCandidate(label="random", text=rng.choice(others).response if others else None)
+        )
+        cands.append(JudgeCandidate(label="true", text=q.response))
+        jqs.append(_jq(q, cands, f"compare:{q.run}:{q.index}"))
+        counts[q.group] += 1
+    store.save()
+    judged = _judge_all(judges, _llm_first(jqs, seed), llm_judge_queries, progress)
+    labels = ["full", "keyword", "random", "true"]
+    return CompareResult(
+        query_run=sample[0].run if sample else 0,
+        table_run=table_run[0].run if table_run else 0,
+        queries=dict(counts),
+        modifier_failures={m: adapter.failures[m] for m in MODES},
+        ratings={name: rating_table(name, js, labels=labels) for name, js in judged.items()},
+        reliability=_reliability(judged),
+    )

@@ -1,0 +1,79 @@
+"""How big a reproduction is: the quick profile CI runs, and the study-sized full profile."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+__all__ = ["FULL", "PROFILES", "QUICK", "Profile", "get_profile"]
+
+
+class Profile(BaseModel):
+    """Sizes of one reproduction. Everything the experiments sample is seeded."""
+
+    name: str
+    runs: int = Field(ge=3, description="simulation runs (seeds 1..runs); the study had 5")
+    days: float = Field(gt=0, description="simulated days per run; the study had 15")
+    agents: list[str] | None = Field(
+        default=None, description="agents simulated (None: all eight, as in the study)"
+    )
+    max_attempts: int = Field(default=20, ge=1, description="attempts before escalation")
+    escalate: bool = Field(default=True, description="use the superior model after that")
+    # Experiment sizes (per group; "all" when fewer prompts exist).
+    similarity_queries: int = 100
+    correlation_queries: int = 100
+    compare_queries: int = 600
+    saturation_queries: int | None = None  # None: all of run 1, as in the study
+    thresholds: int = 10  # data thresholds of the saturation curve
+    # LLM work in the judged experiments: revise modifications and LLM-judge rankings. The
+    # reference judge ranks every query; the LLM judge ranks at most this many per experiment.
+    llm_judge_queries: int = 1_000_000
+    judge_shuffles: int = 2
+    revise_budget: int = 1_000_000  # revise calls per experiment; beyond it: not revised
+    # Which tier judges: the simulation's own model ("default") or the superior one. The
+    # reference judge always runs beside it.
+    judge_tier: str = Field(default="superior", pattern="^(default|superior)$")
+    seed: int = 0
+    expected_minutes: str = ""  # documented wall time on 2 cores with the local model
+
+
+QUICK = Profile(
+    name="quick",
+    runs=3,
+    days=10 / 24,  # 06:00-16:00: planning, school or work, lunch
+    agents=["Alice Wilson", "Mary Oliver"],
+    max_attempts=2,
+    escalate=False,
+    similarity_queries=100,
+    correlation_queries=8,
+    compare_queries=12,
+    saturation_queries=None,
+    thresholds=10,
+    llm_judge_queries=12,
+    revise_budget=12,
+    # Qwen-1.5B needs ~30 s per ranking here; SmolLM2 ranks in a few seconds (near randomly:
+    # the reliability figures in the report say how near).
+    judge_tier="default",
+    expected_minutes="about 15-20 minutes on 2 cores (measured in the closing note of issue 5)",
+)
+
+FULL = Profile(
+    name="full",
+    runs=5,
+    days=15.0,
+    agents=None,
+    max_attempts=20,
+    escalate=True,
+    expected_minutes=(
+        "days on 2 cores with the bundled local models (about 20k prompts per run at 0.3-1 "
+        "prompt/s, plus judging); hours against a hosted endpoint (--llm URL)"
+    ),
+)
+
+PROFILES = {p.name: p for p in (QUICK, FULL)}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise KeyError(f"unknown profile {name!r}; known: {sorted(PROFILES)}") from None

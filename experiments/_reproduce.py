@@ -1,0 +1,297 @@
+"""``reproduce``: every experiment in order, results cached on disk, then figures and report."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from llmcache import Embedder
+from llmcache._llm_config import LLMConnection, resolve_llm_backend
+
+from ._collect import collect, run_paths
+from ._cost_study import cost_study
+from ._data import EmbeddingStore, Prompt, load_run
+from ._evaluate import Adapter, compare, correlation
+from ._judge import Judge, LLMJudge, ReferenceJudge
+from ._profiles import Profile
+from ._results import (
+    CollectResult,
+    CompareResult,
+    CorrelationResult,
+    CostResult,
+    ObservedResult,
+    SaturationResult,
+    SimilarityResult,
+    load_result,
+    save_result,
+)
+from ._retrieval import observed_actors, saturation, similarity_distribution
+
+__all__ = ["EXPERIMENTS", "Study", "reproduce"]
+
+logger = logging.getLogger("experiments")
+
+EXPERIMENTS = (
+    "collect",
+    "similarity",
+    "saturation",
+    "observed",
+    "correlation",
+    "compare",
+    "cost",
+)
+_MODELS: dict[str, type[BaseModel]] = {
+    "collect": CollectResult,
+    "similarity": SimilarityResult,
+    "saturation": SaturationResult,
+    "observed": ObservedResult,
+    "correlation": CorrelationResult,
+    "compare": CompareResult,
+    "cost": CostResult,
+}
+
+
+def default_embedder() -> Embedder:
+    from llmcache import MemoEmbedder, MiniLMEmbedder
+
+    return MemoEmbedder(MiniLMEmbedder())
+
+
+@dataclass
+class Study:
+    """One reproduction's state: profile, output directory, LLM connection, loaded runs."""
+
+    profile: Profile
+    out: Path
+    progress: bool = True
+    force: bool = False
+    embedder: Embedder = field(default_factory=default_embedder)
+    timings: dict[str, float] = field(default_factory=dict)
+    # An open connection to use instead of the configured backend (tests pass a stand-in).
+    _conn: LLMConnection | None = None
+    _runs: dict[int, list[Prompt]] = field(default_factory=dict)
+    _store: EmbeddingStore | None = None
+
+    # -- resources -------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    @property
+    def conn(self) -> LLMConnection:
+        if self._conn is None:
+            self._conn = resolve_llm_backend().connect().open()
+        return self._conn
+
+    @property
+    def judge_model(self) -> str:
+        b = self.conn.backend
+        return b.superior_model if self.profile.judge_tier == "superior" else b.model
+
+    @property
+    def store(self) -> EmbeddingStore:
+        if self._store is None:
+            self._store = EmbeddingStore(self.out / "embeddings", self.embedder)
+        return self._store
+
+    def run(self, n: int) -> list[Prompt]:
+        if n not in self._runs:
+            dataset, _ = run_paths(self.out, n)
+            if not dataset.exists():
+                raise FileNotFoundError(
+                    f"{dataset} is missing: run `python -m experiments collect`"
+                )
+            self._runs[n] = load_run(dataset, n)
+        return self._runs[n]
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.save()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def path(self, name: str) -> Path:
+        return self.out / f"{name}.json"
+
+    def cached(self, name: str) -> bool:
+        return not self.force and self.path(name).exists()
+
+    @contextlib.contextmanager
+    def _timed(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        logger.info("%s ...", name)
+        yield
+        self.timings[name] = round(time.perf_counter() - t0, 1)
+        logger.info("%s: %.1f s", name, self.timings[name])
+
+    def _bar(self, total: int, desc: str) -> Any:
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, disable=not self.progress, dynamic_ncols=True)
+
+    def step(self, name: str) -> BaseModel:
+        """Run one experiment (or load its cached result) and save its JSON."""
+        if self.cached(name):
+            return load_result(_MODELS[name], self.path(name))
+        with self._timed(name):
+            result: BaseModel = getattr(self, f"_{name}")()
+        save_result(result, self.path(name))
+        return result
+
+    def _collect(self) -> CollectResult:
+        b = self.conn.backend
+        return collect(
+            self.profile,
+            self.out,
+            client=self.conn.client,
+            model=b.model,
+            superior_model=None if b.same_tier else b.superior_model,
+            llm_report=b.report(),
+            embedder=self.embedder,
+            progress=self.progress,
+        )
+
+    def _similarity(self) -> SimilarityResult:
+        return similarity_distribution(
+            self.run(1),
+            self.run(2),
+            self.store,
+            per_group=self.profile.similarity_queries,
+            seed=self.profile.seed,
+        )
+
+    def _saturation(self) -> SaturationResult:
+        return saturation(
+            self.run(1),
+            [self.run(n) for n in range(2, self.profile.runs + 1)][: max(1, self.profile.runs - 1)],
+            self.store,
+            days=self.profile.days,
+            thresholds=self.profile.thresholds,
+            max_queries=self.profile.saturation_queries,
+            seed=self.profile.seed,
+        )
+
+    def _observed(self) -> ObservedResult:
+        sat = load_result(SaturationResult, self.path("saturation"))
+        summaries = [run_paths(self.out, n)[1] for n in range(2, self.profile.runs + 1)]
+        return observed_actors(sat, summaries)
+
+    def _judges(self) -> list[Judge]:
+        return [
+            ReferenceJudge(self.embedder),
+            LLMJudge(
+                self.conn.client,
+                model=self.judge_model,
+                shuffles=self.profile.judge_shuffles,
+                seed=self.profile.seed,
+            ),
+        ]
+
+    def _adapter(self) -> Adapter:
+        return Adapter(
+            client=self.conn.client,
+            model=self.conn.backend.model,
+            embedder=self.embedder,
+            revise_budget=self.profile.revise_budget,
+        )
+
+    def _judge_progress(self, desc: str) -> tuple[Any, Callable[[str, int], None]]:
+        bar = self._bar(0, desc)
+
+        def tick(judge: str, n: int) -> None:
+            bar.set_postfix(judge=judge)
+            bar.update(n)
+
+        return bar, tick
+
+    def _correlation(self) -> CorrelationResult:
+        bar, tick = self._judge_progress("correlation: judging")
+        try:
+            return correlation(
+                self.run(1),
+                self.run(2),
+                self.store,
+                self._adapter(),
+                self._judges(),
+                per_group=self.profile.correlation_queries,
+                llm_judge_queries=self.profile.llm_judge_queries,
+                seed=self.profile.seed,
+                progress=tick,
+            )
+        finally:
+            bar.close()
+
+    def _compare(self) -> CompareResult:
+        bar, tick = self._judge_progress("compare: judging")
+        try:
+            return compare(
+                self.run(self.profile.runs),
+                self.run(1),
+                self.store,
+                self._adapter(),
+                self._judges(),
+                per_group=self.profile.compare_queries,
+                llm_judge_queries=self.profile.llm_judge_queries,
+                seed=self.profile.seed,
+                progress=tick,
+            )
+        finally:
+            bar.close()
+
+    def _cost(self) -> CostResult:
+        held_out = self.run(self.profile.runs)
+        bar = self._bar(2 * len(held_out), "cost: replaying the held-out run")
+        try:
+            return cost_study(
+                self.run(1),
+                held_out,
+                self.store,
+                client=self.conn.client,
+                model=self.conn.backend.model,
+                max_attempts=self.profile.max_attempts,
+                sim_days=self.profile.days,
+                progress=bar.update,
+            )
+        finally:
+            bar.close()
+
+
+def reproduce(study: Study, steps: tuple[str, ...] = EXPERIMENTS) -> dict[str, BaseModel]:
+    """Run ``steps`` in order; new simulation data invalidates every cached result after it."""
+    results: dict[str, BaseModel] = {}
+    state_path = study.out / "state.json"
+    before = _fingerprint(study)
+    for name in steps:
+        results[name] = study.step(name)
+        if name == "collect" and _fingerprint(study) != _stored(state_path):
+            study.force = True  # new data: nothing computed from the old data is reused
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    state_path.write_text(json.dumps({"data": _fingerprint(study), "before": before}) + "\n")
+    return results
+
+
+def _fingerprint(study: Study) -> list[list[Any]]:
+    out = []
+    for n in range(1, study.profile.runs + 1):
+        p = run_paths(study.out, n)[0]
+        out.append([p.name, p.stat().st_size if p.exists() else None])
+    return out
+
+
+def _stored(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())["data"]
+    except (OSError, ValueError, KeyError):
+        return None

@@ -1,0 +1,203 @@
+"""The JSON results of every experiment: pydantic models, one file per experiment.
+
+Each experiment writes ``<out>/<name>.json`` holding one of these models; the figures, the
+notebooks and ``report.md`` read only these files, so re-plotting never re-simulates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "CollectResult",
+    "CompareResult",
+    "CorrelationResult",
+    "CostResult",
+    "GroupCost",
+    "JudgeReliability",
+    "ModeCost",
+    "ObservedResult",
+    "RatingTable",
+    "RunInfo",
+    "SaturationCurve",
+    "SaturationResult",
+    "SimilarityResult",
+    "SkillRating",
+    "load_result",
+    "save_result",
+]
+
+EmbedName = Literal["full", "keyword"]
+
+
+class RunInfo(BaseModel):
+    """One recorded simulation run."""
+
+    run: int
+    seed: int
+    days: float
+    agents: list[str]
+    dataset: str
+    wall_seconds: float
+    prompts_recorded: int  # every logical call, dialogue included
+    prompts_kept: int  # after dropping dialogue categories (resubmissions are separate lines)
+    per_category: dict[str, int]  # kept prompts
+    resubmitted: int  # logical calls that needed more than one attempt
+    resubmission_rate: float  # resubmitted / prompts_recorded
+    escalated: int  # logical calls answered (or last tried) by the superior model
+    superior_rate: float
+    failed: int  # calls that got no valid answer at all (the town fell back)
+    llm: str  # what answered, e.g. "local: smollm2-135m, superior qwen2.5-coder-1.5b"
+
+
+class CollectResult(BaseModel):
+    profile: str
+    runs: list[RunInfo]
+
+
+class SimilarityResult(BaseModel):
+    """Fig 3.3: per query, the mean normalised similarity to every same-table entry of run 2."""
+
+    query_run: int
+    table_run: int
+    embedder: str
+    # mode -> group -> one mean similarity per query
+    means: dict[str, dict[str, list[float]]]
+
+
+class SkillRating(BaseModel):
+    mu: float
+    sigma: float
+    games: int  # judgements this candidate took part in
+
+
+class RatingTable(BaseModel):
+    """TrueSkill ratings of every candidate label, overall and per group, from one judge."""
+
+    judge: str
+    overall: dict[str, SkillRating]
+    per_group: dict[str, dict[str, SkillRating]]
+    judgements: int  # rankings that went into the ratings
+    failures: int  # rankings the judge could not make (recorded, not rated)
+
+
+class JudgeReliability(BaseModel):
+    """How far a judge's rankings can be trusted."""
+
+    judge: str
+    # Mean fraction of candidate pairs ordered the same way by two presentations of the same
+    # candidates (shuffled / reversed); None when the judge is deterministic by construction.
+    shuffle_agreement: float | None
+    # Mean fraction of candidate pairs the two judges order the same way (ties excluded).
+    agreement_with: dict[str, float] = Field(default_factory=dict)
+    # The judge's rank of the true response: mean, and how often it was ranked first.
+    true_mean_rank: float | None = None
+    true_first_rate: float | None = None
+
+
+class CorrelationResult(BaseModel):
+    """Fig 3.4/3.5, E.1-E.6: best candidate per similarity region, judged against the truth."""
+
+    # mode -> the four regions' labels, e.g. "(0.9,0.925]"
+    regions: dict[str, list[str]]
+    queries: dict[str, int]  # mode -> queries judged
+    filled: dict[str, dict[str, int]]  # mode -> region -> queries with a candidate there
+    modifier_failures: dict[str, int]  # mode -> candidates the modifier could not adapt
+    ratings: dict[str, dict[str, RatingTable]]  # judge -> mode -> ratings
+    reliability: dict[str, JudgeReliability]  # judge -> reliability
+
+
+class SaturationCurve(BaseModel):
+    tables: str  # "run 2", "run 3", "run 4", or "combined"
+    mean: list[float]  # best retrieval similarity (normalised) per threshold
+    std: list[float]
+    entries: list[int]  # table size at each threshold (summed over the partitions queried)
+    # Fraction of queries whose table held an entry at each threshold (the rest had nothing
+    # to retrieve and are left out of that point's mean).
+    coverage: list[float] = Field(default_factory=list)
+
+
+class SaturationResult(BaseModel):
+    """Fig 3.6/3.7, F.1-F.3: best similarity of run 1's queries as the tables grow."""
+
+    thresholds_days: list[float]
+    thresholds_hours_of_data: list[float]  # the study's unit: 1 hour = 2.5 simulated days
+    queries: int
+    # mode -> curves: one per table run (spanning one run's days: the first points of
+    # thresholds_days), then "combined" (the runs appended in order, spanning all thresholds)
+    curves: dict[str, list[SaturationCurve]]
+    saturation_days: dict[str, float | None]  # mode -> where the mean curve flattens
+
+
+class ObservedResult(BaseModel):
+    """Fig 3.8/3.9: observed actors vs best retrieval similarity at the same thresholds."""
+
+    thresholds_days: list[float]
+    observed_mean: list[float]  # mean observed actors per agent, tables' runs averaged
+    similarity_mean: dict[str, list[float]]  # mode -> mean best similarity
+    pearson_r: dict[str, float | None]
+    pearson_p: dict[str, float | None]
+
+
+class CompareResult(BaseModel):
+    """Fig 3.10/3.11: best full vs best keyword vs random vs true, on a held-out run."""
+
+    query_run: int
+    table_run: int
+    queries: dict[str, int]  # group -> queries judged
+    modifier_failures: dict[str, int]  # mode -> candidates the modifier could not adapt
+    ratings: dict[str, RatingTable]  # judge -> ratings of full / keyword / random / true
+    reliability: dict[str, JudgeReliability]
+
+
+class GroupCost(BaseModel):
+    group: str
+    full_chars: float  # mean embedding-description length
+    keyword_chars: float
+    reduction: float  # 1 - keyword / full
+
+
+class ModeCost(BaseModel):
+    """Dollars for one way of answering the held-out run (``none`` = no caching)."""
+
+    mode: str  # "none", "full", "keyword"
+    building_usd: float  # making the table: embedding its entries (its LLM calls happen anyway)
+    usage_usd: float  # the held-out run: query embeddings + revise prompts (+ misses)
+    total_usd: float
+    reduction: float | None  # 1 - total / total without caching
+    usage_reduction: float | None
+
+
+class CostResult(BaseModel):
+    """Fig 3.12/3.13: description length and cost, at the study's prices and ours."""
+
+    chars_per_token: float
+    prices: dict[str, float]  # $ per 1M tokens: llm_in, llm_out, embed
+    groups: list[GroupCost]
+    description_reduction: float  # over all kept prompts
+    study_prices: list[ModeCost]  # 4 chars/token, gpt-4o-mini + text-embedding-3-small
+    local_embedder: list[ModeCost]  # the same LLM prices, embeddings free (local MiniLM)
+    # Measured by replaying the held-out run through CachedLLM in serve mode (llmcache's ledger,
+    # real token counts): mode -> {"spent_usd", "avoided_usd", "calls", "hits", "revise_calls"}
+    replay: dict[str, dict[str, float]]
+    sim_days: float  # simulated time the held-out run covers
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def save_result(result: BaseModel, path: str | Path) -> Path:
+    """Write ``result`` as indented JSON (atomically: a crash never leaves half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(result.model_dump_json(indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_result(model: type[_M], path: str | Path) -> _M:
+    return model.model_validate_json(Path(path).read_text(encoding="utf-8"))

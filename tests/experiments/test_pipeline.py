@@ -1,0 +1,208 @@
+"""The whole study, end to end, on test doubles: every step runs and writes what it should.
+
+The scripted town (agent_core.testing.ScriptedLLM) and the hash embedder make this fast and
+deterministic; they test the plumbing only. Measured results come from the real local model
+(``test_reproduce_quick.py``, slow).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletion
+
+from agent_core.testing import ScriptedLLM
+from experiments import Profile
+from experiments._data import load_run
+from experiments._report import write_report
+from experiments._reproduce import EXPERIMENTS, Study, reproduce
+from experiments._results import CollectResult, CostResult, load_result
+from llmcache import RecordedCall, Recorder
+from llmcache._llm_config import LLMBackend, LLMKind
+from llmcache.testing import HashEmbedder
+
+
+class _RankingOrScripted:
+    """ScriptedLLM for the town's prompts; a judge that always ranks in presented order."""
+
+    def __init__(self) -> None:
+        self.town = ScriptedLLM(seed=1)
+        self.chat = self
+        self.completions = self
+        self.rankings = 0
+
+    def create(self, **kwargs: Any) -> ChatCompletion:
+        fmt = kwargs.get("response_format") or {}
+        schema = fmt.get("json_schema") or {}
+        if schema.get("name") != "ranking":
+            return self.town.chat.completions.create(**kwargs)
+        self.rankings += 1
+        n = schema["schema"]["properties"]["ranking"]["maxItems"]
+        return ChatCompletion.model_validate(
+            {
+                "id": f"rank-{self.rankings}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": kwargs["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {
+                            "role": "assistant",
+                            "content": json.dumps({"ranking": list(range(1, n + 1))}),
+                        },
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        )
+
+
+class _StandIn:
+    def __init__(self) -> None:
+        self.client = _RankingOrScripted()
+        self.backend = LLMBackend(
+            kind=LLMKind.URL,
+            model="scripted",
+            superior_model="scripted",
+            base_url="http://scripted.invalid/v1",
+        )
+
+    def close(self) -> None:
+        pass
+
+
+TINY = Profile(
+    name="tiny",
+    runs=3,
+    days=0.25,
+    agents=["Alice Wilson", "Ethan Wilson"],
+    max_attempts=2,
+    escalate=False,
+    similarity_queries=5,
+    correlation_queries=2,
+    compare_queries=2,
+    thresholds=3,
+    llm_judge_queries=3,
+    revise_budget=2,
+    judge_tier="default",
+)
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("study")
+    study = Study(TINY, out, progress=False, embedder=HashEmbedder(), _conn=_StandIn())  # type: ignore[arg-type]
+    reproduce(study)
+    write_report(
+        out,
+        TINY,
+        llm="scripted test double",
+        judge_model="scripted",
+        embedder="hash",
+        timings=study.timings,
+        command="test",
+    )
+    study.close()
+    return out
+
+
+def test_every_experiment_writes_its_json(study_dir: Path) -> None:
+    for name in EXPERIMENTS:
+        assert (study_dir / f"{name}.json").exists(), name
+    collect = load_result(CollectResult, study_dir / "collect.json")
+    assert [r.seed for r in collect.runs] == [1, 2, 3]
+    for r in collect.runs:
+        assert r.prompts_kept > 0
+        assert "agent reaction" not in r.per_category  # dialogue is dropped
+        assert sum(r.per_category.values()) == r.prompts_kept
+
+
+def test_the_report_puts_study_and_ours_side_by_side(study_dir: Path) -> None:
+    text = (study_dir / "report.md").read_text()
+    assert "| quantity | study | ours | why they differ |" in text
+    for needle in ("17,201", "0.861", "0.952", "80.3%", "62.7%", "Pearson r"):
+        assert needle in text, needle
+
+
+def test_cost_replay_goes_through_cachedllm(study_dir: Path) -> None:
+    cost = load_result(CostResult, study_dir / "cost.json")
+    for mode in ("full", "keyword"):
+        r = cost.replay[mode]
+        assert r["calls"] > 0 and r["hits"] > 0
+        assert r["spent_usd"] < cost.replay["none"]["spent_usd"]
+    by = {m.mode: m for m in cost.study_prices}
+    assert by["none"].reduction == 0.0
+    assert by["keyword"].building_usd < by["full"].building_usd
+
+
+def test_cached_steps_are_not_recomputed(study_dir: Path) -> None:
+    before = {n: (study_dir / f"{n}.json").stat().st_mtime_ns for n in EXPERIMENTS}
+    study = Study(TINY, study_dir, progress=False, embedder=HashEmbedder(), _conn=_StandIn())  # type: ignore[arg-type]
+    reproduce(study)
+    study.close()
+    after = {n: (study_dir / f"{n}.json").stat().st_mtime_ns for n in EXPERIMENTS}
+    assert before == after
+
+
+def test_load_run_drops_dialogue_and_resubmissions(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    meta = {"sim_minute": 400, "observed_actors": 3}
+    with Recorder(path) as rec:
+        rec.record(
+            RecordedCall(
+                category="importance score",
+                agent="A",
+                keywords=["x"],
+                messages=msgs,
+                model="m",
+                response='{"score": 3}',
+                metadata=meta,
+            )
+        )
+        rec.record(
+            RecordedCall(
+                kind="invalid_attempt",
+                resubmission=True,
+                valid=False,
+                category="importance score",
+                agent="A",
+                messages=msgs,
+                model="m",
+                response="nope",
+                metadata=meta,
+            )
+        )
+        rec.record(
+            RecordedCall(
+                category="dialogue utterance",
+                agent="A",
+                messages=msgs,
+                model="m",
+                response='{"utterance": "hi"}',
+                metadata=meta,
+            )
+        )
+        rec.record(
+            RecordedCall(
+                category="importance score",
+                agent="A",
+                keywords=["y z"],
+                messages=msgs,
+                model="m",
+                response='{"score": 5}',
+                metadata={**meta, "sim_minute": 460},
+            )
+        )
+    prompts = load_run(path, 1)
+    assert [p.response for p in prompts] == ['{"score": 3}', '{"score": 5}']
+    assert [p.elapsed_minutes for p in prompts] == [0, 60]
+    assert prompts[1].description("keyword") == "y z"
+    assert prompts[1].description("full").startswith("system: s")
+    assert prompts[0].group == "importance"

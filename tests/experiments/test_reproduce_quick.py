@@ -1,0 +1,83 @@
+"""``python -m experiments reproduce --profile quick`` from scratch, on the real local models.
+
+This is the issue's done-when: every figure, ``report.md`` and both notebooks executed headless
+on the quick profile's output, with the offline default LLM and embedder (about 15-20 minutes
+on 2 cores; marked slow, still run in CI). Skipped only when the local LLM is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments._results import CollectResult, CorrelationResult, CostResult, load_result
+from llmcache._errors import LocalServerError
+from llmcache.local import DEFAULT_MODEL, find_llama_server, find_model
+
+pytestmark = pytest.mark.slow
+
+
+def _missing() -> str | None:
+    try:
+        find_llama_server()
+        find_model(DEFAULT_MODEL)
+    except LocalServerError as exc:
+        return str(exc)
+    return None
+
+
+FIGURES = (
+    "similarity",
+    "saturation",
+    "observed",
+    "correlation",
+    "correlation_groups",
+    "compare",
+    "cost",
+)
+
+
+@pytest.mark.skipif(_missing() is not None, reason=f"local LLM not installed: {_missing()}")
+def test_quick_profile_reproduces_everything(tmp_path: Path) -> None:
+    out = tmp_path / "quick"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments",
+            "reproduce",
+            "--profile",
+            "quick",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=40 * 60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    print(proc.stdout)  # the summary the README's main command ends in
+    for name in FIGURES:
+        png = out / "figures" / f"{name}.png"
+        assert png.exists() and png.stat().st_size > 1000, name
+    report = (out / "report.md").read_text()
+    assert "| quantity | study | ours | why they differ |" in report
+    for nb in ("saturation", "evaluation"):
+        executed = json.loads((out / "notebooks" / f"{nb}.ipynb").read_text())
+        outputs = [o for c in executed["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+        assert outputs and not any(o.get("output_type") == "error" for o in outputs), nb
+
+    collect = load_result(CollectResult, out / "collect.json")
+    assert len(collect.runs) == 3 and all(r.prompts_kept > 0 for r in collect.runs)
+    assert all("smollm2" in r.llm for r in collect.runs)  # the real local model, not a double
+    corr = load_result(CorrelationResult, out / "correlation.json")
+    assert set(corr.ratings) == {"reference", "llm"} or len(corr.ratings) == 2
+    cost = load_result(CostResult, out / "cost.json")
+    assert cost.replay["none"]["spent_usd"] > 0
+    assert "cost of a held-out run" in proc.stdout and "report:" in proc.stdout
