@@ -28,7 +28,7 @@ from .config import SimConfig
 from .llm import open_town_llm
 from .persona import load_agents
 from .sim import RunSummary, Simulation
-from .templates import TEMPLATES
+from .templates import ANSWER_TOKENS, TEMPLATES
 from .world import load_world
 
 
@@ -130,6 +130,9 @@ def _run(args: argparse.Namespace) -> int:
             superior_model=superior,
             embed=EmbedMode(args.embed),
             params=params,
+            # The small local models can ramble inside a JSON string until the context is
+            # full; cap each category's answer (``--max-tokens`` still wins).
+            answer_tokens=ANSWER_TOKENS if args.llm == "local" else None,
         )
         stack.callback(llm.close)
         sim = Simulation(

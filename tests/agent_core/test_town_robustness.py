@@ -119,3 +119,46 @@ def test_dialogue_stops_at_the_utterance_limit(limit: int) -> None:
     assert [m.kind for m in a.memory.memories] == ["chat"]
     assert a.memory.memories[0].subject == "Mary Oliver"
     assert a.busy_until == b.busy_until > 600
+
+
+class _Recording:
+    """ScriptedLLM that remembers each request's category and ``max_tokens``."""
+
+    def __init__(self) -> None:
+        self.town = ScriptedLLM(seed=1)
+        self.chat = self
+        self.completions = self
+        self.sent: list[tuple[str, Any]] = []
+
+    def create(self, **kwargs: Any) -> Any:
+        name = kwargs["response_format"]["json_schema"]["name"]
+        self.sent.append((name, kwargs.get("max_tokens")))
+        return self.town.chat.completions.create(**kwargs)
+
+
+def test_answer_caps_are_sent_per_category_and_params_win() -> None:
+    from agent_core.templates import ANSWER_TOKENS, category_of_schema_name
+
+    client = _Recording()
+    llm = open_town_llm(client, model="scripted", answer_tokens=ANSWER_TOKENS)
+    try:
+        Simulation(llm, embedder=HashEmbedder(), seeds=load_agents(names=["Alice"]), seed=1).run(
+            0.1
+        )
+    finally:
+        llm.close()
+    assert len({category_of_schema_name(n) for n, _ in client.sent}) >= 3
+    for name, cap in client.sent:
+        assert cap == ANSWER_TOKENS[category_of_schema_name(name)]
+
+    fixed = _Recording()
+    llm = open_town_llm(
+        fixed, model="scripted", answer_tokens=ANSWER_TOKENS, params={"max_tokens": 7}
+    )
+    try:
+        Simulation(llm, embedder=HashEmbedder(), seeds=load_agents(names=["Alice"]), seed=1).run(
+            0.05
+        )
+    finally:
+        llm.close()
+    assert fixed.sent and all(cap == 7 for _, cap in fixed.sent)
