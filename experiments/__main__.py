@@ -12,13 +12,15 @@ default: the bundled local models, no network). Results go to ``results/<profile
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from ._profiles import PROFILES, get_profile
+from ._profiles import PROFILES, Profile, get_profile
 from ._report import write_report
 from ._reproduce import EXPERIMENTS, Study, reproduce
 from ._results import CostResult, SaturationResult, load_result
@@ -32,7 +34,10 @@ def _summary(out: Path, report: Path, seconds: float) -> None:
         cost = load_result(CostResult, cost_path)
         by = {m.mode: m for m in cost.study_prices}
         none = cost.replay.get("none", {}).get("spent_usd", 0.0)
-        print(f"cost of a held-out run ({cost.sim_days:g} simulated days), gpt-4o-mini prices:")
+        print(
+            f"cost of a held-out run ({24 * cost.sim_days:.0f} simulated hours), "
+            "gpt-4o-mini prices:"
+        )
         print(f"  without caching             ${by['none'].total_usd:.4f}")
         for mode in ("full", "keyword"):
             m = by[mode]
@@ -49,15 +54,36 @@ def _summary(out: Path, report: Path, seconds: float) -> None:
     sat_path = out / "saturation.json"
     if sat_path.exists():
         sat = load_result(SaturationResult, sat_path)
-        print("saturation (mean best similarity of run 1's prompts as the combined table grows):")
+        print(
+            "saturation: mean best similarity of run 1's prompts against a table of the other "
+            "runs, by simulated hours of data in it:"
+        )
         for mode, curves in sat.curves.items():
             comb = curves[-1]
+            step = max(1, len(comb.mean) // 10)  # at most ~10 points on a line
             pts = "  ".join(
-                f"{t:g}d:{m:.3f}" for t, m in zip(sat.thresholds_days, comb.mean, strict=True)
+                f"{24 * t:.0f}h {m:.3f}"
+                for t, m in list(zip(sat.thresholds_days, comb.mean, strict=True))[::step]
             )
             print(f"  {mode:8} {pts}")
     print(f"figures: {out / 'figures'}")
     print(f"report:  {report}")
+
+
+def _meta(out: Path, study: Study, profile: Profile, command: str, fresh: bool) -> dict[str, Any]:
+    """Who made the results and how long each step took: kept beside them for ``report``."""
+    path = out / "study.json"
+    if fresh or not path.exists():
+        meta: dict[str, Any] = {
+            "llm": study.conn.backend.description if study.connected else _recorded_llm(out),
+            "judge_model": study.judge_model if study.connected else f"{profile.judge_tier} tier",
+            "timings": study.timings,
+            "command": command,
+        }
+        path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        return meta
+    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
 
 
 def _recorded_llm(out: Path) -> str:
@@ -106,16 +132,15 @@ def main(argv: list[str] | None = None) -> int:
             from ._plots import plot_all
 
             plot_all(out)
-            llm = study.conn.backend.description if study.connected else _recorded_llm(out)
-            judge = study.judge_model if study.connected else f"{profile.judge_tier} tier"
+            meta = _meta(out, study, profile, command, args.command == "reproduce")
             report = write_report(
                 out,
                 profile,
-                llm=llm,
-                judge_model=judge,
+                llm=meta["llm"],
+                judge_model=meta["judge_model"],
                 embedder=study.embedder.model_id,
-                timings=study.timings,
-                command=command,
+                timings=meta["timings"],
+                command=meta["command"],
             )
             if args.command == "reproduce" and not args.no_notebooks:
                 from ._notebooks import execute_notebooks

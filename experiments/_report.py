@@ -76,7 +76,7 @@ def write_report(
         f"- LLM judge: `{judge_model}`; reference judge: agreement with the true response "
         f"({embedder} for free text, field by field for JSON)",
         f"- Embedder: {embedder} (similarities are the study's (cos + 1) / 2)",
-        f"- Profile: {profile.runs} runs x {profile.days:g} simulated days, agents: "
+        f"- Profile: {profile.runs} runs x {profile.days:.2f} simulated days, agents: "
         f"{', '.join(profile.agents) if profile.agents else 'all eight'}; "
         f"max attempts {profile.max_attempts}, escalation {'on' if profile.escalate else 'off'}",
     ]
@@ -196,7 +196,7 @@ def write_report(
                     f"({STUDY['saturation_hours'][mode] / STUDY['hours_of_data_per_day']:g} days)",
                     "n/a"
                     if d is None
-                    else f"{h:.2f} h of data ({d:.2f} days; our data spans {span:g} days)",
+                    else f"{h:.2f} h of data ({d:.2f} days; our data spans {span:.2f} days)",
                     "our runs are far shorter than the study's saturation point: the curve "
                     "can only flatten inside the span we simulated"
                     if span < STUDY["saturation_hours"][mode] / STUDY["hours_of_data_per_day"]
@@ -211,7 +211,9 @@ def write_report(
             "'Saturates at' = the first threshold where the combined curve has made 90% of its "
             "total rise.",
             "",
-            "| mode | curve | " + " | ".join(f"{t:g} d" for t in sat.thresholds_days) + " |",
+            "| mode | curve (simulated hours of data) | "
+            + " | ".join(f"{24 * t:.0f} h" for t in sat.thresholds_days)
+            + " |",
             "|---|---|" + "---|" * len(sat.thresholds_days),
         ]
         for mode, curves in sat.curves.items():
@@ -233,7 +235,9 @@ def write_report(
         lines += [
             "## Observed actors (Fig 3.8, 3.9)",
             "",
-            "| threshold (days) | " + " | ".join(f"{t:g}" for t in obs.thresholds_days) + " |",
+            "| threshold (simulated hours) | "
+            + " | ".join(f"{24 * t:.0f}" for t in obs.thresholds_days)
+            + " |",
             "|---|" + "---|" * len(obs.thresholds_days),
             "| mean observed actors per agent | "
             + " | ".join(f"{x:.1f}" for x in obs.observed_mean)
@@ -366,7 +370,7 @@ def write_report(
         lines += [
             "## Cost (Fig 3.12, 3.13)",
             "",
-            f"Held-out run of {cost.sim_days:g} simulated days; prices per 1M tokens: "
+            f"Held-out run of {cost.sim_days:.2f} simulated days; prices per 1M tokens: "
             f"LLM in ${cost.prices['llm_in']}, out ${cost.prices['llm_out']}, embedding "
             f"${cost.prices['embed']}; {cost.chars_per_token:g} characters per token.",
             "",
@@ -476,7 +480,7 @@ def _why_full(full: Sequence[float]) -> str:
 
 def _why_judge(judge: str, rel: Any) -> str:
     if judge == "reference":
-        return "ranks by closeness to the true answer, so 'true' is first by construction"
+        return "ranks by closeness to the true answer: 'true' is first (or tied with an identical answer) by construction"
     if rel is not None and rel.shuffle_agreement is not None and rel.shuffle_agreement < 0.7:
         return (
             f"the LLM judge orders only {_pct(rel.shuffle_agreement)} of pairs the same way when "
