@@ -480,7 +480,10 @@ def _why_full(full: Sequence[float]) -> str:
 
 def _why_judge(judge: str, rel: Any) -> str:
     if judge == "reference":
-        return "ranks by closeness to the true answer: 'true' is first (or tied with an identical answer) by construction"
+        return (
+            "ranks by closeness to the true answer: 'true' is first (or tied with an identical "
+            "answer) by construction"
+        )
     if rel is not None and rel.shuffle_agreement is not None and rel.shuffle_agreement < 0.7:
         return (
             f"the LLM judge orders only {_pct(rel.shuffle_agreement)} of pairs the same way when "
