@@ -26,30 +26,30 @@ from ._reproduce import EXPERIMENTS, Study, reproduce
 from ._results import CostResult, SaturationResult, load_result
 
 
-def _summary(out: Path, report: Path, seconds: float) -> None:
+def _summary(out: Path, report: Path, seconds: float | None) -> None:
     """The quick cost-reduction study in a few lines: what the README's main command ends in."""
-    print(f"\nchapter-3 study reproduced in {seconds / 60:.1f} min")
+    if seconds is not None:
+        print(f"\nchapter-3 study reproduced in {seconds / 60:.1f} min")
     cost_path = out / "cost.json"
     if cost_path.exists():
         cost = load_result(CostResult, cost_path)
         by = {m.mode: m for m in cost.study_prices}
         none = cost.replay.get("none", {}).get("spent_usd", 0.0)
         print(
-            f"cost of a held-out run ({24 * cost.sim_days:.0f} simulated hours), "
-            "gpt-4o-mini prices:"
+            f"cost of a held-out run ({24 * cost.sim_days:.0f} simulated hours) at gpt-4o-mini "
+            "prices:"
         )
-        print(f"  without caching             ${by['none'].total_usd:.4f}")
+        print(f"  {'':14} {'study model (chars/4)':24} CachedLLM replay (LLM tokens counted)")
+        print(f"  {'no cache':14} ${by['none'].total_usd:<23.4f} ${none:.4f}")
         for mode in ("full", "keyword"):
             m = by[mode]
             r = cost.replay.get(mode, {})
             spent = r.get("spent_usd", 0.0)
+            saved = 100 * (1 - spent / none) if none else 0.0
+            study = f"${m.total_usd:.4f} ({100 * (m.reduction or 0):.1f}% less)"
             print(
-                f"  {mode:8} cache, study model   ${m.total_usd:.4f}  "
-                f"({100 * (m.reduction or 0):.1f}% less)"
-            )
-            print(
-                f"  {mode:8} cache, CachedLLM    ${spent:.4f} vs ${none:.4f} measured "
-                f"({int(r.get('hits', 0))}/{int(r.get('calls', 0))} hits)"
+                f"  {mode + ' cache':14} {study:24} ${spent:.4f} ({saved:.1f}% less, "
+                f"{int(r.get('hits', 0))}/{int(r.get('calls', 0))} hits)"
             )
     sat_path = out / "saturation.json"
     if sat_path.exists():
@@ -146,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
                 from ._notebooks import execute_notebooks
 
                 execute_notebooks(out, out / "notebooks")
-            _summary(out, report, time.perf_counter() - started)
+            _summary(
+                out,
+                report,
+                time.perf_counter() - started if args.command == "reproduce" else None,
+            )
         if args.command == "notebooks":
             from ._notebooks import execute_notebooks
 
