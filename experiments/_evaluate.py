@@ -151,6 +151,15 @@ def _reliability(judged: dict[str, list[Judgement]]) -> dict[str, JudgeReliabili
     }
 
 
+def _sample(
+    queries: Sequence[Prompt], table_run: Sequence[Prompt], per_group: int, rng: random.Random
+) -> list[Prompt]:
+    """Up to ``per_group`` queries per group, among those whose table has entries to retrieve."""
+    keys = {p.key for p in table_run}
+    pool = [q for q in queries if q.key in keys]
+    return [q for qs in sample_per_group(pool, per_group, rng).values() for q in qs]
+
+
 def correlation(
     queries: Sequence[Prompt],
     table_run: Sequence[Prompt],
@@ -164,13 +173,7 @@ def correlation(
     progress: Callable[[str, int], None] | None = None,
 ) -> CorrelationResult:
     """Best candidate per similarity region, modified, ranked with the truth by each judge."""
-    keys = {p.key for p in table_run}
-    pool = [q for q in queries if q.key in keys]
-    sample = [
-        q
-        for qs in sample_per_group(pool, per_group, random.Random(f"{seed}:corr")).values()
-        for q in qs
-    ]
+    sample = _sample(queries, table_run, per_group, random.Random(f"{seed}:corr"))
     regions = {m: split_regions(*STUDY_REGIONS[m]) for m in MODES}
     filled: dict[str, dict[str, int]] = {m: {r.label: 0 for r in regions[m]} for m in MODES}
     ratings: dict[str, dict[str, RatingTable]] = {}
@@ -252,10 +255,8 @@ def compare(
     progress: Callable[[str, int], None] | None = None,
 ) -> CompareResult:
     """Best full vs best keyword vs a random same-table answer of the held-out run vs truth."""
-    keys = {p.key for p in table_run}
-    pool = [q for q in queries if q.key in keys]
     rng = random.Random(f"{seed}:compare")
-    sample = [q for qs in sample_per_group(pool, per_group, rng).values() for q in qs]
+    sample = _sample(queries, table_run, per_group, rng)
     by_table: dict[tuple[str, str], list[Prompt]] = {}
     for p in queries:
         by_table.setdefault(p.key, []).append(p)
