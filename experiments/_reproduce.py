@@ -103,6 +103,16 @@ class Study:
             self._store = EmbeddingStore(self.out / "embeddings", self.embedder)
         return self._store
 
+    @property
+    def table_runs(self) -> list[int]:
+        """The runs the saturation tables are built from: 2, 3, 4 as in the study.
+
+        The last run is held out for the comparison and the cost study; with only three runs
+        (the quick profile) run 3 has to serve both.
+        """
+        last = self.profile.runs - 1 if self.profile.runs >= 5 else self.profile.runs
+        return list(range(2, last + 1))
+
     def run(self, n: int) -> list[Prompt]:
         if n not in self._runs:
             dataset, _ = run_paths(self.out, n)
@@ -175,7 +185,7 @@ class Study:
     def _saturation(self) -> SaturationResult:
         return saturation(
             self.run(1),
-            [self.run(n) for n in range(2, self.profile.runs + 1)][: max(1, self.profile.runs - 1)],
+            [self.run(n) for n in self.table_runs],
             self.store,
             days=self.profile.days,
             thresholds=self.profile.thresholds,
@@ -185,7 +195,7 @@ class Study:
 
     def _observed(self) -> ObservedResult:
         sat = load_result(SaturationResult, self.path("saturation"))
-        summaries = [run_paths(self.out, n)[1] for n in range(2, self.profile.runs + 1)]
+        summaries = [run_paths(self.out, n)[1] for n in self.table_runs]
         return observed_actors(sat, summaries)
 
     def _judges(self) -> list[Judge]:

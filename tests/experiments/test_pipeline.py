@@ -206,3 +206,12 @@ def test_load_run_drops_dialogue_and_resubmissions(tmp_path: Path) -> None:
     assert prompts[1].description("keyword") == "y z"
     assert prompts[1].description("full").startswith("system: s")
     assert prompts[0].group == "importance"
+
+
+def test_saturation_tables_come_from_runs_2_to_4_and_the_last_run_is_held_out(
+    tmp_path: Path,
+) -> None:
+    from experiments import FULL, QUICK
+
+    assert Study(FULL, tmp_path, embedder=HashEmbedder()).table_runs == [2, 3, 4]
+    assert Study(QUICK, tmp_path, embedder=HashEmbedder()).table_runs == [2, 3]
