@@ -7,6 +7,7 @@ import json
 import sys
 
 from ._cache import open_backend
+from ._errors import LLMCacheError
 from ._ledger import CacheStats, TableStats
 
 
@@ -65,7 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("export", help="copy a cache (directory or postgresql:// DSN) into another")
     sub.add_parser("import", help="copy a cache into this one (same as export, reversed names)")
     args = parser.parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except (LLMCacheError, OSError) as exc:
+        # A damaged or unreadable cache is a fact to report, not a traceback: one line saying
+        # what is wrong (the library's messages say what to do about it), and a failing status.
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        sys.stderr.write(f"llmcache {args.command}: {first_line}\n")
+        return 1
     return result
 
 

@@ -2,9 +2,10 @@
 
 Index files are derived data. Under ``path/"index"`` each partition has a sidecar
 ``{pkey}.json`` naming its index file ``{pkey}.{token}.idx`` and what that file holds (embedder,
-dimension, count, highest id). A sidecar that disagrees with the store, or a file that will
-not load, means the index is rebuilt from the store; deleting the ``index`` directory is always
-safe.
+dimension, count, highest id, the sha256 of each file). A sidecar that disagrees with the store,
+a file whose checksum differs (truncated, bytes flipped), or a file that will not load means the
+index is rebuilt from the store; deleting the ``index`` directory is always safe. The checksum is
+checked before a file reaches hnswlib, whose loader trusts the sizes written in the file.
 
 Several processes may share one directory. Ids are committed in order by the store, so each
 process keeps its indexes current by "catching up": before a search it compares the store's
@@ -13,6 +14,7 @@ last id of the partition with the last id it has indexed, and indexes the differ
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -57,6 +59,14 @@ class _PartitionIndex:
 
     def needs_saving(self) -> bool:
         return self.unsaved > 0 or _kind(self.index) != self.saved_kind
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _kind(index: VectorIndex) -> str:
@@ -172,6 +182,8 @@ class LocalBackend:
         ):
             logger.info("index of partition %s is stale; rebuilding it", pkey)
             return None
+        if not self._files_intact(pkey, file_name, sidecar.get("sha256")):
+            return None
         index = self._index_factory(dim)
         try:
             index.load(self._index_dir / file_name)
@@ -182,6 +194,27 @@ class LocalBackend:
             logger.warning("index of partition %s does not match its sidecar; rebuilding", pkey)
             return None
         return _PartitionIndex(index=index, indexed_upto=saved_upto, saved_kind=_kind(index))
+
+    def _files_intact(self, pkey: str, file_name: str, digests: object) -> bool:
+        """Whether the index files match the checksums their sidecar recorded.
+
+        Sidecars written before checksums were recorded have none: those files are loaded
+        unchecked, as before (the loaders still refuse what they cannot parse).
+        """
+        if digests is None:
+            return True
+        try:
+            if not isinstance(digests, dict) or file_name not in digests:
+                raise ValueError("the sidecar's checksums are malformed")
+            for name, expected in digests.items():
+                if not str(name).startswith(file_name) or "/" in str(name) or "\\" in str(name):
+                    raise ValueError(f"the sidecar names a foreign file {name!r}")
+                if _file_digest(self._index_dir / str(name)) != expected:
+                    raise ValueError(f"{name} does not match its checksum")
+        except (OSError, ValueError) as exc:
+            logger.warning("index of partition %s is damaged (%s); rebuilding it", pkey, exc)
+            return False
+        return True
 
     def _save_index(self, pkey: str, state: _PartitionIndex) -> None:
         """Write the index file, then point the sidecar at it (so the pair is never torn)."""
@@ -195,6 +228,11 @@ class LocalBackend:
         file_name = f"{pkey}.{uuid.uuid4().hex[:12]}.idx"
         with state.lock:
             state.index.save(self._index_dir / file_name)
+            # Every file the save wrote (hnswlib writes a .meta.json beside its graph).
+            digests = {
+                path.name: _file_digest(path)
+                for path in sorted(self._index_dir.glob(f"{file_name}*"))
+            }
             sidecar = {
                 "store_id": self._store.store_id,
                 "embedder_id": manifest.embedder_id,
@@ -202,6 +240,7 @@ class LocalBackend:
                 "count": len(state.index),
                 "last_id": state.indexed_upto,
                 "file": file_name,
+                "sha256": digests,
             }
             state.unsaved = 0
             state.saved_kind = _kind(state.index)
@@ -255,12 +294,20 @@ class LocalBackend:
             ids: list[int] = []
             vectors: list[NDArray[np.float32]] = []
             upto = state.indexed_upto
+            # iterate drops (evicts and counts) entries it cannot decode; an entry whose vector
+            # is unusable is dropped the same way here, never skipped silently.
             for entry in self._store.iterate(pkey, after_id=state.indexed_upto):
-                vector = entry.vector()
                 upto = entry.id
-                if vector.shape != (dim,):
-                    logger.warning(
-                        "skipping entry %s/%d of dimension %d", pkey, entry.id, vector.shape[0]
+                try:
+                    vector = entry.vector()
+                except ValueError as exc:  # base64 or length damage (binascii.Error included)
+                    self._store.drop_corrupt(pkey, entry.id, f"its vector is unreadable: {exc}")
+                    continue
+                if vector.shape != (dim,) or not np.all(np.isfinite(vector)):
+                    self._store.drop_corrupt(
+                        pkey,
+                        entry.id,
+                        f"its vector (shape {vector.shape}) is not {dim} finite numbers",
                     )
                     continue
                 ids.append(entry.id)

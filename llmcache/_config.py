@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ._types import CacheOptions, EmbedMode, Mode
+from ._types import CacheOptions, EmbedMode, Mode, refuse_unknown_fields
 
 __all__ = ["CacheConfig", "CategoryPolicy", "ResolvedPolicy"]
 
@@ -19,7 +19,13 @@ class CategoryPolicy(BaseModel):
     thesis bypass the cache this way).
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
 
     embed: EmbedMode | None = None
     mode: Mode | None = None
@@ -36,9 +42,15 @@ class CacheConfig(BaseModel):
     (the thesis used 20); after that the request goes to ``superior_model`` for up to
     ``escalation_attempts`` tries, if one is set. ``k`` is how many neighbours a lookup fetches
     (more than one so that a corrupt or unusable best entry still leaves candidates).
+    Unknown settings are refused with a pydantic ``ValidationError`` naming the valid ones.
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
 
     mode: Mode = Mode.ONLINE
     embed: EmbedMode = EmbedMode.KEYWORD
@@ -48,6 +60,12 @@ class CacheConfig(BaseModel):
     superior_model: str | None = None
     escalation_attempts: int = Field(default=3, ge=0)
     categories: dict[str, CategoryPolicy] = Field(default_factory=dict)
+
+    def updated(self, **changes: Any) -> CacheConfig:
+        """A copy with some settings changed, validated like the constructor's arguments
+        (``model_copy(update=...)`` would accept a misspelt or out-of-range setting)."""
+        current = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self)(**{**current, **changes})
 
     def resolve(self, options: CacheOptions) -> ResolvedPolicy:
         """Merge call options over the category policy over the cache defaults."""

@@ -7,6 +7,11 @@
 
 The LLM is reached only through ``call(kwargs) -> ChatCompletion``, so the same code serves the
 sync client, the async client (which hops back to its event loop) and tests.
+
+Once the LLM has answered, nothing the cache does can lose that answer: a failure to store it or
+to record it is logged and counted (``store_failed`` / ``record_failed``), never raised. An
+answer made of tool calls is valid as it is (the tool calls are the answer; validators read
+text) and is cached like any other, served again by the ``read`` modifier only.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from openai.types.chat import ChatCompletion
+from pydantic import BaseModel, ValidationError
 
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
-from ._errors import InvalidResponseError
+from ._errors import ConfigurationError, InvalidResponseError, StoreError
 from ._keys import embedding_text, output_params, partition_for
 from ._modifiers import Read, modifier_name
 from ._protocols import ModifyContext
@@ -42,16 +48,40 @@ CallFn = Callable[[dict[str, Any]], ChatCompletion]
 _REVISE_ATTEMPTS = 3
 
 
-def _content(completion: ChatCompletion) -> str | None:
-    if not completion.choices:
+def _first_message(completion: Any) -> Any:
+    """The first choice's message, or ``None``.
+
+    The openai SDK builds responses without validating them, so a malformed server answer
+    arrives as a ChatCompletion with any shape inside (no choices, a ``None`` message, a number
+    for content): read it defensively, never with an AttributeError.
+    """
+    choices = getattr(completion, "choices", None)
+    if not isinstance(choices, list) or not choices:
         return None
-    return completion.choices[0].message.content
+    return getattr(choices[0], "message", None)
 
 
-def _usage(completion: ChatCompletion, messages: Any) -> Usage:
-    u = completion.usage
-    if u is not None and (u.prompt_tokens or u.completion_tokens):
-        return Usage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens)
+def _content(completion: Any) -> str | None:
+    content = getattr(_first_message(completion), "content", None)
+    return content if isinstance(content, str) else None
+
+
+def _has_tool_calls(completion: Any) -> bool:
+    message = _first_message(completion)
+    calls = getattr(message, "tool_calls", None) or getattr(message, "function_call", None)
+    return bool(calls)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _usage(completion: Any, messages: Any) -> Usage:
+    u = getattr(completion, "usage", None)
+    prompt = _count(getattr(u, "prompt_tokens", None))
+    completed = _count(getattr(u, "completion_tokens", None))
+    if prompt is not None and completed is not None and (prompt or completed):
+        return Usage(prompt_tokens=prompt, completion_tokens=completed)
     # The server gave no usage: estimate, and say which estimate in the record.
     prompt, source = count_message_tokens(messages)
     completion_tokens, _ = count_tokens(_content(completion) or "")
@@ -70,7 +100,7 @@ class _Attempts:
     """The result of sending one request until it validates."""
 
     completion: ChatCompletion
-    content: str
+    content: str  # "" for an answer made only of tool calls
     attempts: int
     escalated: bool
     usage: Usage  # all attempts
@@ -106,12 +136,13 @@ def _send_validated(
         model = str(request.get("model", ""))
         cost += cache.prices.cost(model, u)
         content = _content(completion)
-        reason = check(validate, content)
+        # Tool calls are the answer: the validator reads text, which such an answer need not
+        # have, and resubmitting a valid answer would only pay for it again.
+        reason = None if _has_tool_calls(completion) else check(validate, content)
         if reason is None:
-            assert content is not None
             return _Attempts(
                 completion=completion,
-                content=content,
+                content=content or "",
                 attempts=n,
                 escalated=n > max_attempts,
                 usage=usage,
@@ -131,8 +162,11 @@ def _send_validated(
     )
 
 
-def _rebuild(entry: CacheEntry, content: str, usage: Usage) -> ChatCompletion:
-    """A real ChatCompletion from the stored JSON, carrying the (modified) answer."""
+def _rebuild(entry: CacheEntry, content: str | None, usage: Usage) -> ChatCompletion:
+    """A real ChatCompletion from the stored JSON, carrying the (modified) answer.
+
+    ``content=None`` keeps the stored message as it is (an answer made of tool calls).
+    """
     data = copy.deepcopy(entry.completion)
     data["id"] = f"chatcmpl-llmcache-{uuid.uuid4().hex[:24]}"
     data["created"] = int(time.time())
@@ -140,13 +174,59 @@ def _rebuild(entry: CacheEntry, content: str, usage: Usage) -> ChatCompletion:
         {"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}}
     ]
     data["choices"] = choices[:1]
-    data["choices"][0]["message"]["content"] = content
+    if content is not None:
+        data["choices"][0]["message"]["content"] = content
     data["usage"] = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
     }
     return ChatCompletion.model_validate(data)
+
+
+def _is_tool_call_entry(entry: CacheEntry) -> bool:
+    try:
+        message = entry.completion["choices"][0]["message"]
+        return bool(message.get("tool_calls") or message.get("function_call"))
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+
+
+def _answer_problem(entry: CacheEntry) -> str | None:
+    """Why a stored entry cannot be served as a ChatCompletion, or ``None`` when it can.
+
+    An entry can decode and pass its checksum yet no longer validate (written by a version with
+    another openai SDK, or edited): then it is dropped and counted like any damaged entry, rather
+    than failing every call that finds it.
+    """
+    try:
+        _rebuild(entry, None if _is_tool_call_entry(entry) else entry.content, Usage())
+    except (ValidationError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"its stored completion is no longer a valid ChatCompletion ({reason})"
+    return None
+
+
+def _as_message(message: Any, index: int) -> dict[str, Any]:
+    if isinstance(message, Mapping):
+        return dict(message)
+    if isinstance(message, BaseModel):  # e.g. a ChatCompletionMessage sent back in a thread
+        dumped: dict[str, Any] = message.model_dump(mode="json", exclude_none=True)
+        return dumped
+    raise ConfigurationError(
+        f"messages[{index}] is a {type(message).__name__}, not a message mapping "
+        "({'role': ..., 'content': ...})"
+    )
+
+
+def _messages(kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    messages = kwargs.get("messages", [])
+    if messages is None or isinstance(messages, (str, bytes, Mapping)):
+        raise ConfigurationError("messages must be a list of message mappings")
+    try:
+        return [_as_message(m, i) for i, m in enumerate(messages)]
+    except TypeError as exc:  # not iterable
+        raise ConfigurationError("messages must be a list of message mappings") from exc
 
 
 class _Call:
@@ -168,8 +248,18 @@ class _Call:
         self.started = time.perf_counter()
         self.policy: ResolvedPolicy = cache.config.resolve(options)
         self.validate = as_validator(self.policy.validator)
+        # The table is keyed by the caller's keyword arguments alone; what goes out is those
+        # plus this query's own constraints (see CacheOptions.constraints).
         self.partition: Partition = partition_for(options, kwargs)
-        self.messages: list[dict[str, Any]] = [dict(m) for m in kwargs.get("messages", [])]
+        clash = sorted(set(options.constraints) & set(kwargs))
+        if clash:
+            raise ConfigurationError(
+                f"{', '.join(clash)} given both as a keyword argument and in "
+                "CacheOptions.constraints: pass each request parameter once (a constraint is "
+                "sent with the request but kept out of the table key; a keyword argument is both)"
+            )
+        self.request: dict[str, Any] = {**kwargs, **options.constraints}
+        self.messages: list[dict[str, Any]] = _messages(kwargs)
         self.model = str(kwargs.get("model", ""))
         self.info = CallInfo(
             outcome="bypass",
@@ -195,17 +285,36 @@ class _Call:
         self._count_embedding(text)
         if mode is Mode.COLLECT:
             return self._finish(self._miss("collect", store=True, vector=vector, text=text))
-        candidates, corrupt = self.cache.lookup(self.partition, vector)
-        self.info.corrupt_dropped = corrupt
-        if candidates:
-            best = candidates[0]
-            self.info.similarity = best.similarity
-            self.info.threshold = self.policy.threshold if mode is Mode.ONLINE else None
-            if mode is Mode.SERVE or best.similarity.cosine >= self.policy.threshold:
-                served = self._serve(best)
+        served = self._look_up(vector, mode)
+        if served is not None:
+            return self._finish(served)
+        # Threads of this process asking the same question meanwhile wait for this miss and are
+        # answered from the entry it stores, instead of each paying for the same answer.
+        with self.cache.single_flight((self.partition.key, text)) as leader:
+            if not leader:
+                served = self._look_up(vector, mode)
                 if served is not None:
                     return self._finish(served)
-        return self._finish(self._miss("miss", store=True, vector=vector, text=text))
+            return self._finish(self._miss("miss", store=True, vector=vector, text=text))
+
+    def _look_up(self, vector: Any, mode: Mode) -> ChatCompletion | None:
+        """The hit for this call, if the table has one that is close enough and usable."""
+        try:
+            candidates, corrupt = self.cache.lookup(self.partition, vector, check=_answer_problem)
+        except StoreError:
+            # The cache cannot be read (a failing disk, a lost database): answer without it.
+            logger.warning("cache lookup failed; calling the LLM instead", exc_info=True)
+            self.info.store_failed = True
+            return None
+        self.info.corrupt_dropped += corrupt
+        if not candidates:
+            return None
+        best = candidates[0]
+        self.info.similarity = best.similarity
+        self.info.threshold = self.policy.threshold if mode is Mode.ONLINE else None
+        if mode is Mode.SERVE or best.similarity.cosine >= self.policy.threshold:
+            return self._serve(best)
+        return None
 
     def _count_embedding(self, text: str) -> None:
         tokens, _ = count_tokens(text)
@@ -218,12 +327,14 @@ class _Call:
 
     def _serve(self, candidate: Candidate) -> ChatCompletion | None:
         modifier = self.policy.modifier if self.policy.modifier is not None else Read()
+        if _is_tool_call_entry(candidate.entry):
+            return self._serve_tool_calls(candidate, modifier)
         spent = Usage()
         cost = 0.0
 
         def complete(messages: list[dict[str, Any]]) -> str:
             nonlocal spent, cost
-            request = {**self.kwargs, "messages": messages}
+            request = {**self.request, "messages": messages}
             result = _send_validated(
                 self.cache,
                 request,
@@ -280,6 +391,26 @@ class _Call:
         self.info.attempts = 0
         return _rebuild(entry, content, spent)
 
+    def _serve_tool_calls(self, candidate: Candidate, modifier: Any) -> ChatCompletion | None:
+        """A stored tool-call answer, served as it was given; only ``read`` may serve one,
+        because the other modifiers rewrite text and a tool call has none to rewrite."""
+        name = modifier_name(modifier)
+        if name != "read":
+            logger.info("not serving a cached tool-call answer through the %r modifier", name)
+            return None
+        entry = candidate.entry
+        self.info.outcome = "hit"
+        self.info.modifier = name
+        self.info.entry_id = entry.id
+        prompt_tokens, _ = count_message_tokens(self.messages)
+        avoided = Usage(
+            prompt_tokens=prompt_tokens, completion_tokens=entry.usage.completion_tokens
+        )
+        self.tokens_avoided = avoided.total_tokens
+        self.info.avoided_usd = self.cache.prices.cost(self.model, avoided)
+        self.info.attempts = 0
+        return _rebuild(entry, None, Usage())
+
     def _miss(
         self,
         outcome: str,
@@ -292,7 +423,7 @@ class _Call:
         try:
             result = _send_validated(
                 self.cache,
-                self.kwargs,
+                self.request,
                 self.validate,
                 self.call,
                 max_attempts=self.cache.config.max_attempts,
@@ -304,6 +435,7 @@ class _Call:
             if isinstance(exc.usage, Usage):
                 self.info.usage = self.info.usage + exc.usage
                 self.info.cost_usd += exc.cost_usd
+            self._settle()
             self._account()
             raise
         self.info.attempts = result.attempts
@@ -311,6 +443,12 @@ class _Call:
         self.info.usage = self.info.usage + result.usage
         self.info.cost_usd += result.cost
         if store and vector is not None and text is not None:
+            self._store(result, vector, text)
+        return result.completion
+
+    def _store(self, result: _Attempts, vector: Any, text: str) -> None:
+        # A failure to store never breaks the caller's call: the answer is valid and paid for.
+        try:
             entry = CacheEntry(
                 partition=self.partition,
                 embed_text=text,
@@ -321,23 +459,32 @@ class _Call:
                 options=self.options.options,
                 messages=self.messages,
                 content=result.content,
-                completion=result.completion.model_dump(mode="json", exclude_unset=False),
+                # warnings=False: a malformed server answer warns on every odd field; it is
+                # refused just below instead.
+                completion=result.completion.model_dump(
+                    mode="json", exclude_unset=False, warnings=False
+                ),
                 usage=result.final_usage,
                 metadata=self.options.metadata,
             )
-            try:
-                self.info.entry_id = self.cache.put(entry)
-            except Exception:
-                # A failure to store never breaks the caller's call: the answer is valid.
-                logger.warning("could not store a cache entry", exc_info=True)
-                self.info.store_failed = True
-        return result.completion
+            problem = _answer_problem(entry)
+            if problem is not None:
+                # Only answers a hit can give back are stored (the text may be valid while
+                # the server's envelope around it is not).
+                raise ValueError(f"the answer is not storable: {problem}")
+            self.info.entry_id = self.cache.put(entry)
+        except Exception:
+            logger.warning("could not store a cache entry", exc_info=True)
+            self.info.store_failed = True
 
     # -- bookkeeping -------------------------------------------------------------------------
 
-    def _account(self) -> None:
+    def _settle(self) -> None:
+        """Close the call's figures (latency, embedding cost) before it is recorded."""
         self.info.latency_s = time.perf_counter() - self.started
         self.info.cost_usd += self.embed_usd
+
+    def _account(self) -> None:
         self.cache.ledger.record(
             self.partition,
             self.info,
@@ -348,77 +495,93 @@ class _Call:
             tokens_avoided=self.tokens_avoided,
         )
 
+    def _record(self, build: Callable[[], RecordedCall]) -> None:
+        """Append a record; a failure is counted (``record_failed``), never raised."""
+        if self.recorder is None:
+            return
+        try:
+            written = self.recorder.record(build())
+        except Exception:  # a Recorder subclass, or a RecordedCall that will not build
+            logger.warning("could not record a call", exc_info=True)
+            written = False
+        if not written:
+            self.info.record_failed = True
+
     def _finish(self, completion: ChatCompletion) -> tuple[ChatCompletion, CallInfo]:
-        self._account()
-        if self.recorder is not None:
-            u = self.info.usage
-            self.recorder.record(
-                RecordedCall(
-                    category=self.options.category,
-                    agent=self.options.agent,
-                    keywords=list(self.options.keywords) if self.options.keywords else None,
-                    options=list(self.options.options) if self.options.options else None,
-                    embed_text=self.info.embed_text,
-                    messages=self.messages,
-                    model=self.model,
-                    params=_jsonable_params(self.kwargs),
-                    response=_content(completion),
-                    prompt_tokens=u.prompt_tokens,
-                    completion_tokens=u.completion_tokens,
-                    usage_source=u.source,
-                    attempts=self.info.attempts,
-                    escalated=self.info.escalated,
-                    resubmission=False,
-                    outcome=self.info.outcome,
-                    similarity=self.info.similarity.cosine if self.info.similarity else None,
-                    similarity_normalized=(
-                        self.info.similarity.normalized if self.info.similarity else None
-                    ),
-                    modifier=self.info.modifier,
-                    entry_id=self.info.entry_id,
-                    cost_usd=self.info.cost_usd,
-                    avoided_usd=self.info.avoided_usd,
-                    latency_s=self.info.latency_s,
-                    metadata=self.options.metadata,
-                )
+        self._settle()
+        u = self.info.usage
+        self._record(
+            lambda: RecordedCall(
+                category=self.options.category,
+                agent=self.options.agent,
+                keywords=list(self.options.keywords) if self.options.keywords else None,
+                options=list(self.options.options) if self.options.options else None,
+                embed_text=self.info.embed_text,
+                messages=self.messages,
+                model=self.model,
+                params=_jsonable_params(self.kwargs),
+                constraints=_jsonable(self.options.constraints),
+                response=_content(completion),
+                prompt_tokens=u.prompt_tokens,
+                completion_tokens=u.completion_tokens,
+                usage_source=u.source,
+                attempts=self.info.attempts,
+                escalated=self.info.escalated,
+                resubmission=False,
+                outcome=self.info.outcome,
+                similarity=self.info.similarity.cosine if self.info.similarity else None,
+                similarity_normalized=(
+                    self.info.similarity.normalized if self.info.similarity else None
+                ),
+                modifier=self.info.modifier,
+                entry_id=self.info.entry_id,
+                cost_usd=self.info.cost_usd,
+                avoided_usd=self.info.avoided_usd,
+                latency_s=self.info.latency_s,
+                metadata=self.options.metadata,
             )
+        )
+        self._account()
         return completion, self.info
 
     def _record_invalid(
         self, attempt: int, model: str, content: str | None, usage: Usage, reason: str
     ) -> None:
-        if self.recorder is not None:
-            self.recorder.record(
-                RecordedCall(
-                    kind="invalid_attempt",
-                    category=self.options.category,
-                    agent=self.options.agent,
-                    keywords=list(self.options.keywords) if self.options.keywords else None,
-                    options=list(self.options.options) if self.options.options else None,
-                    messages=self.messages,
-                    model=model,
-                    params=_jsonable_params(self.kwargs),
-                    response=content,
-                    prompt_tokens=usage.prompt_tokens,
-                    completion_tokens=usage.completion_tokens,
-                    usage_source=usage.source,
-                    attempt=attempt,
-                    resubmission=True,
-                    valid=False,
-                    error=reason,
-                    outcome=self.info.outcome,
-                    metadata=self.options.metadata,
-                )
+        self._record(
+            lambda: RecordedCall(
+                kind="invalid_attempt",
+                category=self.options.category,
+                agent=self.options.agent,
+                keywords=list(self.options.keywords) if self.options.keywords else None,
+                options=list(self.options.options) if self.options.options else None,
+                messages=self.messages,
+                model=model,
+                params=_jsonable_params(self.kwargs),
+                constraints=_jsonable(self.options.constraints),
+                response=content,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                usage_source=usage.source,
+                attempt=attempt,
+                resubmission=True,
+                valid=False,
+                error=reason,
+                outcome=self.info.outcome,
+                metadata=self.options.metadata,
             )
+        )
 
 
 def _jsonable_params(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    return _jsonable(output_params(kwargs))
+
+
+def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
     import json
 
-    params = output_params(kwargs)
     try:
         json.dumps(params)
-        return params
+        return dict(params)
     except TypeError:
         return {
             k: v if isinstance(v, (str, int, float, bool)) else repr(v) for k, v in params.items()

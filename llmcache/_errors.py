@@ -9,12 +9,17 @@ can catch the whole family with one ``except``::
     │   └── EmbedderMismatchError   the cache on disk was built with another embedder / dimension
     ├── StoreError                  the entry store or index failed (never raised into an
     │   │                           LLM call: store failures there are logged and counted)
-    │   └── CorruptEntryError       one stored entry cannot be decoded (becomes a counted miss)
+    │   └── CorruptEntryError       one stored entry is damaged: undecodable, failing its
+    │                               checksum, or its value file gone (a counted miss; evicted)
     ├── InvalidResponseError        the LLM answered invalidly after every retry and escalation
     └── LocalServerError            the local OpenAI-compatible server could not start or is missing
 
 Errors raised by the wrapped ``openai`` client (``openai.APIError`` and friends) pass through
 unchanged: llmcache never hides or rewraps the provider's own failures.
+
+The option models (``CacheOptions``, ``CacheConfig``, ``CategoryPolicy``) are pydantic models:
+a value of the wrong type, out of range, or an unknown field is refused when they are built,
+with pydantic's ``ValidationError`` (a ``ValueError``), whose message names the valid fields.
 """
 
 from __future__ import annotations

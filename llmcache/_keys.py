@@ -99,16 +99,37 @@ def messages_text(messages: Iterable[Mapping[str, Any]]) -> str:
     return "\n\n".join(blocks)
 
 
+def _valid_unicode(text: str) -> str:
+    """``text`` with lone surrogates written out as ``\\udXXX`` escapes.
+
+    A lone surrogate (from a badly decoded file, say) is not Unicode text: tokenizers refuse it
+    and it cannot be written as UTF-8. Escaping keeps two different ones apart, so they never
+    embed as the same text.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def embedding_text(
     mode: EmbedMode, options: CacheOptions, messages: Iterable[Mapping[str, Any]]
 ) -> str:
     """The text a prompt is embedded by: keywords joined by single spaces, or all messages."""
     if mode is EmbedMode.KEYWORD:
-        if not options.keywords:
+        # Blank keywords are no keywords: every blank-keyword prompt of a category would embed
+        # as the same empty text and be served one another's answers at cosine 1.0.
+        if not options.keywords or not any(k.strip() for k in options.keywords):
+            given = (
+                "no keywords"
+                if not options.keywords
+                else f"only blank keywords {list(options.keywords)!r}"
+            )
             raise ConfigurationError(
-                f"category {options.category!r} is cached in keyword mode but the call gave no "
-                "keywords: pass CacheOptions(keywords=[...]) with the template's slot values, "
+                f"category {options.category!r} is cached in keyword mode but the call gave "
+                f"{given}: pass CacheOptions(keywords=[...]) with the template's slot values, "
                 "or use embed=EmbedMode.FULL for this category"
             )
-        return " ".join(k.strip() for k in options.keywords)
-    return messages_text(messages)
+        return _valid_unicode(" ".join(k.strip() for k in options.keywords))
+    return _valid_unicode(messages_text(messages))

@@ -93,8 +93,9 @@ class TableStats(BaseModel):
     misses: int = 0
     collects: int = 0
     bypasses: int = 0
-    corrupt: int = 0
-    store_failures: int = 0
+    corrupt: int = 0  # damaged entries met and evicted (by lookups and index rebuilds)
+    store_failures: int = 0  # answers returned but not stored, lookups the store failed
+    record_failures: int = 0  # answers returned but not recorded by the Recorder
     attempts: int = 0
     escalations: int = 0
     similarity_mean: float | None = None  # raw cosine of the best candidate, over lookups
@@ -137,6 +138,7 @@ class TableStats(BaseModel):
             bypasses=int(c.get("bypasses", 0)),
             corrupt=int(c.get("corrupt", 0)),
             store_failures=int(c.get("store_failures", 0)),
+            record_failures=int(c.get("record_failures", 0)),
             attempts=int(c.get("attempts", 0)),
             escalations=int(c.get("escalations", 0)),
             similarity_mean=mean,
@@ -172,7 +174,7 @@ class CacheStats(BaseModel):
         for t in self.tables:
             for name in (
                 "lookups", "hits", "misses", "collects", "bypasses", "corrupt",
-                "store_failures", "attempts", "escalations", "tokens_spent",
+                "store_failures", "record_failures", "attempts", "escalations", "tokens_spent",
                 "tokens_avoided", "revise_tokens", "embed_tokens",
             ):  # fmt: skip
                 setattr(total, name, getattr(total, name) + getattr(t, name))
@@ -243,6 +245,7 @@ class Ledger:
             c["escalations"] += int(info.escalated)
             c["corrupt"] += info.corrupt_dropped
             c["store_failures"] += int(info.store_failed)
+            c["record_failures"] += int(info.record_failed)
             if info.similarity is not None:
                 s = info.similarity.cosine
                 c["sim_n"] += 1

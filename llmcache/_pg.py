@@ -772,6 +772,11 @@ class PgBackend:
             # pgvector's loader gives a Vector (older versions of the package: an ndarray).
             array = embedding.to_numpy() if hasattr(embedding, "to_numpy") else embedding
             data["vector_b64"] = CacheEntry.encode_vector(np.asarray(array, dtype=np.float32))
+            # A body edited inside valid JSON (or a vector changed in its column) is damage
+            # too: entries stored through a SemanticCache carry a checksum over both.
+            problem = CacheEntry.checksum_problem(data)
+            if problem is not None:
+                raise ValueError(problem)
             entry = CacheEntry.model_validate(data)
         except (ValidationError, ValueError, TypeError, AttributeError) as exc:
             raise CorruptEntryError(f"entry {pkey}/{entry_id} is corrupt: {exc}") from exc
@@ -793,9 +798,29 @@ class PgBackend:
     def iterate(self, partition_key: str) -> Iterator[CacheEntry]:
         """Entries in id order, read in batches (no connection is held between batches).
 
-        Corrupt entries are skipped and logged. Entries committed while iterating may or may
-        not be included.
+        Damaged entries are skipped, evicted and counted (``corrupt`` in their table's counters,
+        by the process whose delete removed them), so that they are neither met again nor
+        skipped silently. Entries committed while iterating may or may not be included.
         """
+
+        def drop(entry_id: int, why: CorruptEntryError) -> None:
+            from ._ledger import stats_key  # the counters' key, as the ledger writes it
+
+            logger.warning("dropping damaged entry %s/%d: %s", partition_key, entry_id, why)
+            try:
+                with self._connection() as conn:
+                    gone = conn.execute(
+                        "DELETE FROM entries WHERE pkey = %s AND id = %s RETURNING id",
+                        (partition_key, entry_id),
+                    ).fetchone()
+                if gone is None:
+                    return  # another process dropped (and counted) it first
+                partition = next((p for p in self.partitions() if p.key == partition_key), None)
+                key = stats_key(partition) if partition is not None else partition_key
+                self.add_stats(key, {"corrupt": 1.0})
+            except StoreError:
+                logger.warning("could not drop entry %s/%d", partition_key, entry_id, exc_info=True)
+
         after = 0
         while True:
 
@@ -808,9 +833,11 @@ class PgBackend:
             for entry_id, embedding, body in rows:
                 after = int(entry_id)
                 try:
-                    yield self._decode(partition_key, after, embedding, body)
-                except CorruptEntryError:
-                    logger.warning("skipping corrupt entry %s/%d", partition_key, after)
+                    entry = self._decode(partition_key, after, embedding, body)
+                except CorruptEntryError as exc:
+                    drop(after, exc)
+                    continue
+                yield entry
             if len(rows) < _ITERATE_BATCH:
                 return
 

@@ -96,11 +96,13 @@ class EntryStore(Protocol):
     def put(self, entry: CacheEntry) -> int: ...
 
     def get(self, partition_key: str, entry_id: int) -> CacheEntry | None:
-        """The entry, ``None`` if absent; raises ``CorruptEntryError`` if it cannot be decoded."""
+        """The entry, ``None`` if absent; raises ``CorruptEntryError`` if it is damaged
+        (cannot be decoded, fails its checksum, lost its data)."""
         ...
 
     def iterate(self, partition_key: str, after_id: int = 0) -> Iterator[CacheEntry]:
-        """Entries with ``id > after_id`` in id order; corrupt ones are skipped (and logged)."""
+        """Entries with ``id > after_id`` in id order; damaged ones are skipped, logged,
+        evicted and counted (``corrupt``), never skipped silently."""
         ...
 
     def evict(self, partition_key: str, entry_id: int) -> None: ...

@@ -8,6 +8,7 @@ counting them.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 __all__ = ["RecordedCall", "Recorder", "read_records"]
+
+logger = logging.getLogger(__name__)
 
 
 class RecordedCall(BaseModel):
@@ -31,6 +34,7 @@ class RecordedCall(BaseModel):
     messages: list[dict[str, Any]]
     model: str
     params: dict[str, Any] = Field(default_factory=dict)
+    constraints: dict[str, Any] = Field(default_factory=dict)  # CacheOptions.constraints
     response: str | None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -57,6 +61,11 @@ class Recorder:
 
     Each line is written with a single ``write`` of a complete line and flushed, so a crash
     leaves at most a truncated last line (``read_records`` skips it).
+
+    Recording never breaks a call: by the time a call is recorded its answer has been paid
+    for. A call that cannot be written (a lone surrogate in a message, an object in
+    ``metadata``, a full disk) is logged, counted in ``failures`` and left out of the dataset,
+    rather than written in an altered form the experiments would then read as real.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -64,12 +73,41 @@ class Recorder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._file = self.path.open("a", encoding="utf-8")
+        self.failures = 0
+        self._torn = False  # a failed write may have left part of a line behind
 
-    def record(self, call: RecordedCall) -> None:
-        line = call.model_dump_json() + "\n"
+    def record(self, call: RecordedCall) -> bool:
+        """Append one line; ``False`` (logged and counted, never raised) when it cannot."""
+        try:
+            line = call.model_dump_json() + "\n"
+        except Exception as exc:  # PydanticSerializationError and whatever a field's type raises
+            return self._failed(call, f"it cannot be written as JSON: {exc}")
         with self._lock:
-            self._file.write(line)
-            self._file.flush()
+            try:
+                # After a torn write, start on a fresh line so this one stays readable.
+                self._file.write(("\n" if self._torn else "") + line)
+                self._file.flush()
+                self._torn = False
+            except (OSError, ValueError) as exc:  # ValueError: the file was closed
+                self._torn = True
+                return self._failed(call, f"the write failed: {exc}", locked=True)
+        return True
+
+    def _failed(self, call: RecordedCall, why: str, *, locked: bool = False) -> bool:
+        if locked:
+            self.failures += 1
+        else:
+            with self._lock:
+                self.failures += 1
+        logger.warning(
+            "could not record a %s call of %s/%s to %s: %s",
+            call.kind,
+            call.category,
+            call.agent,
+            self.path,
+            why[:300],
+        )
+        return False
 
     def close(self) -> None:
         with self._lock:

@@ -15,6 +15,13 @@ Layout of the keys (all values are JSON text or plain integers, never pickles)::
 diskcache is SQLite underneath, so one ``transact()`` is one SQLite write transaction: an
 entry, its id and the counters commit together or not at all, and every process that opens
 the same directory sees them in commit order.
+
+Damage is expected, not exceptional: a record that cannot be read (bytes that are not UTF-8,
+JSON that does not parse or validate, an entry whose checksum fails, a value file that was
+deleted) never escapes as a raw ``sqlite3``/``UnicodeDecodeError``. An entry becomes a
+``CorruptEntryError`` (the cache evicts it and counts it); a bookkeeping record (``seq:``,
+``n:``, ``partitions``, ``stats:keys``) is rebuilt from the keys that are present; the
+manifest becomes a ``StoreError`` saying what is wrong.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,8 +39,9 @@ import diskcache
 from pydantic import ValidationError
 
 from ._errors import CorruptEntryError, StoreError
+from ._ledger import stats_key
 from ._protocols import Manifest
-from ._types import CacheEntry, Partition
+from ._types import CacheEntry, Partition, checksum_problem
 
 __all__ = ["DiskStore"]
 
@@ -76,6 +85,17 @@ class _TextOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no t
 def _entry_key(partition_key: str, entry_id: int) -> str:
     # Zero-padded so that keys sort in id order for anyone browsing the database.
     return f"e:{partition_key}:{entry_id:012d}"
+
+
+def _key_range(prefix: str) -> tuple[str, str]:
+    """Bounds of the keys starting with ``prefix`` (which ends in ":"): ``[lo, hi)``."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _is_decode_error(exc: sqlite3.Error) -> bool:
+    # sqlite3 reports text that is not UTF-8 as an OperationalError, like a locked database;
+    # only the message tells damage (evict) from a transient failure (never evict for that).
+    return "decode" in str(exc).lower()
 
 
 def _merge_counter(name: str, old: float | None, new: float) -> float:
@@ -126,15 +146,64 @@ class DiskStore:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _json_list(self, key: str) -> list[str]:
-        text = self._cache.get(key)
-        if text is None:
-            return []
+    def _read(self, key: str, default: Any = None, *, what: str | None = None) -> Any:
+        """``cache.get`` that turns damage into ``CorruptEntryError`` and any other failure of
+        the database into ``StoreError``: never a raw sqlite3 or decoding error."""
+        what = what or repr(key)
         try:
+            return self._cache.get(key, default)
+        except CorruptEntryError:
+            raise
+        except UnicodeDecodeError as exc:  # a value file that is not UTF-8
+            raise CorruptEntryError(f"{what} is not UTF-8 text (its value file)") from exc
+        except StoreError as exc:  # a pickle, refused by _TextOnlyDisk
+            raise CorruptEntryError(f"{what}: {exc}") from exc
+        except sqlite3.Error as exc:
+            if _is_decode_error(exc):
+                raise CorruptEntryError(f"{what} is not UTF-8 text") from exc
+            raise StoreError(f"cannot read {what} in {self._path}: {exc}") from exc
+
+    def _keys_with_prefix(self, prefix: str) -> list[str]:
+        """The keys that start with ``prefix``, read from SQLite directly (for repairs only).
+
+        diskcache has no prefix scan of its own (``iterkeys`` walks every key), so this asks
+        its table; keys are read as bytes, so a damaged key cannot stop the scan.
+        """
+        lo, hi = _key_range(prefix)
+        try:
+            rows = self._cache._sql(  # diskcache's own statement runner (a stable internal)
+                "SELECT CAST(key AS BLOB) FROM Cache WHERE raw = 1 AND key >= ? AND key < ?",
+                (lo, hi),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot list the keys of {self._path}: {exc}") from exc
+        return [bytes(key).decode("utf-8", "replace") for (key,) in rows]
+
+    def _json_list(self, key: str) -> list[str]:
+        try:
+            text = self._read(key)
+            if text is None:
+                return []
             value = json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"the store's {key!r} record is corrupt") from exc
-        return [str(v) for v in value]
+            if not isinstance(value, list):
+                raise ValueError("not a JSON list")
+            return [str(v) for v in value]
+        except (CorruptEntryError, TypeError, ValueError) as exc:
+            return self._repair_list(key, exc)
+
+    def _repair_list(self, key: str, why: Exception) -> list[str]:
+        """Rebuild a damaged ``partitions`` / ``stats:keys`` record from the keys present."""
+        prefix = {_PARTITIONS: "p:", _STATS_KEYS: "s:"}.get(key)
+        if prefix is None:
+            raise StoreError(f"the store's {key!r} record is corrupt: {why}") from why
+        items = sorted(k[len(prefix) :] for k in self._keys_with_prefix(prefix))
+        logger.warning("rebuilt the damaged %r record of %s (%s)", key, self._path, why)
+        try:
+            with self._cache.transact():
+                self._cache.set(key, json.dumps(items))
+        except (diskcache.Timeout, sqlite3.Error):
+            logger.warning("could not write the rebuilt %r record", key, exc_info=True)
+        return items
 
     def _append_to_list(self, key: str, item: str) -> None:
         """Add ``item`` to a JSON list; call inside a transaction."""
@@ -143,20 +212,69 @@ class DiskStore:
             items.append(item)
             self._cache.set(key, json.dumps(items))
 
+    def _entry_ids(self, partition_key: str) -> list[int]:
+        """The ids of the entry records present in a partition (for repairs only)."""
+        prefix = f"e:{partition_key}:"
+        ids = []
+        for key in self._keys_with_prefix(prefix):
+            suffix = key[len(prefix) :]
+            if suffix.isdigit():
+                ids.append(int(suffix))
+        return ids
+
     def _int(self, key: str) -> int:
-        value = self._cache.get(key, 0)
-        return int(value)
+        """A ``seq:`` / ``n:`` record; a damaged one is recomputed from the entries present."""
+        try:
+            value = self._read(key, 0)
+            if type(value) is int and value >= 0:
+                return value
+            # Some other writer's type (a float, a numeric text): usable if it is whole.
+            number = float(value)
+            if not number.is_integer() or number < 0:
+                raise ValueError(f"{value!r} is not a count")
+            return int(number)
+        except (CorruptEntryError, TypeError, ValueError) as exc:
+            return self._repair_int(key, exc)
+
+    def _repair_int(self, key: str, why: Exception) -> int:
+        kind, _, pkey = key.partition(":")
+        if kind not in ("seq", "n"):
+            raise StoreError(f"the store's {key!r} record is corrupt: {why}") from why
+        ids = self._entry_ids(pkey)
+        # seq: the highest id present. Ids of entries evicted above it may be handed out
+        # again; a lookup can still never serve the wrong answer through a reused id, because
+        # the cache re-scores every candidate by the vector stored in the entry itself.
+        value = max(ids, default=0) if kind == "seq" else len(ids)
+        logger.warning(
+            "rebuilt the damaged %r record of %s as %d (%s)", key, self._path, value, why
+        )
+        try:
+            with self._cache.transact():
+                self._cache.set(key, value)
+        except (diskcache.Timeout, sqlite3.Error):
+            logger.warning("could not write the rebuilt %r record", key, exc_info=True)
+        return value
 
     # -- manifest -----------------------------------------------------------------------------
 
     def read_manifest(self) -> Manifest | None:
-        text = self._cache.get(_MANIFEST)
-        if text is None:
-            return None
         try:
+            text = self._read(_MANIFEST)
+            if text is None:
+                return None
             return Manifest.model_validate_json(text)
-        except (ValidationError, ValueError, TypeError) as exc:
-            raise StoreError(f"the manifest of {self._path} is corrupt: {exc}") from exc
+        except (CorruptEntryError, ValidationError, ValueError, TypeError) as exc:
+            # One line: the command line prints this message as it is.
+            reason = (
+                str(exc).splitlines()[0]
+                if isinstance(exc, CorruptEntryError)
+                else ("it is not the JSON of a manifest")
+            )
+            raise StoreError(
+                f"the manifest of the cache in {self._path} is damaged ({reason}), so it cannot "
+                "tell which embedder built its vectors; restore the directory from a copy, or "
+                "move it aside and start a fresh cache"
+            ) from exc
 
     def write_manifest(self, manifest: Manifest) -> None:
         text = manifest.model_dump_json()
@@ -193,8 +311,11 @@ class DiskStore:
         """
         if self._store_id is None:
             with self._cache.transact():
-                value = self._cache.get(_STORE_ID)
-                if value is None:
+                try:
+                    value = self._read(_STORE_ID)
+                except CorruptEntryError:
+                    value = None  # a new identity: index files only get rebuilt
+                if not isinstance(value, str):
                     value = uuid.uuid4().hex
                     self._cache.set(_STORE_ID, value)
             self._store_id = str(value)
@@ -217,74 +338,146 @@ class DiskStore:
     def put(self, entry: CacheEntry) -> int:
         partition = entry.partition
         pkey = partition.key
+        # Sealed with a checksum (which does not cover the id) so that damage inside valid
+        # JSON is caught on read; before the transaction, to hold the write lock briefly.
+        sealed = entry.sealed()
         try:
             with self._cache.transact():
                 # Inside one write transaction: no other writer can take the same id, and a
                 # reader that sees seq:{pkey} = n also sees entry n (ids commit in order).
                 entry_id = self._int(f"seq:{pkey}") + 1
-                stored = entry.model_copy(update={"id": entry_id})
+                # Read before the entry is written: a damaged record is recounted from the
+                # entries present, which must not include this one yet.
+                count = self._int(f"n:{pkey}")
+                stored = sealed.model_copy(update={"id": entry_id})
                 self._cache.set(_entry_key(pkey, entry_id), stored.model_dump_json())
                 self._cache.set(f"seq:{pkey}", entry_id)
-                self._cache.set(f"n:{pkey}", self._int(f"n:{pkey}") + 1)
-                if f"p:{pkey}" not in self._cache:
+                self._cache.set(f"n:{pkey}", count + 1)
+                if not self._partition_record_ok(pkey):
+                    # Missing (a new table) or damaged: (re)written from the entry's own.
                     self._cache.set(f"p:{pkey}", partition.model_dump_json())
                     self._append_to_list(_PARTITIONS, pkey)
-        except diskcache.Timeout as exc:
-            raise StoreError(f"timed out storing an entry in {self._path}") from exc
+        except (diskcache.Timeout, sqlite3.Error) as exc:
+            raise StoreError(f"could not store an entry in {self._path}: {exc}") from exc
         return entry_id
 
     def get(self, partition_key: str, entry_id: int) -> CacheEntry | None:
-        try:
-            text = self._cache.get(_entry_key(partition_key, entry_id))
-        except StoreError as exc:
-            raise CorruptEntryError(f"entry {partition_key}/{entry_id}: {exc}") from exc
+        """The entry, ``None`` when absent; ``CorruptEntryError`` when it is damaged in any way
+        (undecodable bytes, bad JSON, a failed checksum, its value file gone)."""
+        key = _entry_key(partition_key, entry_id)
+        where = f"entry {partition_key}/{entry_id}"
+        text = self._read(key, what=where)
         if text is None:
+            # diskcache answers "absent" when a large value's file is missing; the row says
+            # whether the entry was evicted (fine) or lost its file (damage, to be dropped).
+            if self._has(key):
+                raise CorruptEntryError(f"{where}: its value file is missing")
             return None
         if not isinstance(text, str):
-            raise CorruptEntryError(f"entry {partition_key}/{entry_id} is not JSON text")
+            raise CorruptEntryError(f"{where} is not JSON text")
         try:
-            entry = CacheEntry.model_validate_json(text)
-        except (ValidationError, ValueError) as exc:
-            raise CorruptEntryError(f"entry {partition_key}/{entry_id} is corrupt: {exc}") from exc
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            problem = checksum_problem(data)
+            if problem is not None:
+                raise CorruptEntryError(f"{where}: {problem}")
+            entry = CacheEntry.model_validate(data)
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise CorruptEntryError(f"{where} is corrupt: {exc}") from exc
         if entry.id != entry_id or entry.partition.key != partition_key:
-            raise CorruptEntryError(
-                f"entry {partition_key}/{entry_id} holds {entry.partition.key}/{entry.id}"
-            )
+            raise CorruptEntryError(f"{where} holds {entry.partition.key}/{entry.id}")
         return entry
+
+    def _has(self, key: str) -> bool:
+        try:
+            return key in self._cache
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {key!r} in {self._path}: {exc}") from exc
 
     def contains(self, partition_key: str, entry_id: int) -> bool:
         """Whether the entry is stored (without decoding it)."""
-        return _entry_key(partition_key, entry_id) in self._cache
+        return self._has(_entry_key(partition_key, entry_id))
 
     def iterate(self, partition_key: str, after_id: int = 0) -> Iterator[CacheEntry]:
+        """Entries with ``id > after_id`` in id order. A damaged entry met on the way is
+        skipped, evicted and counted (``corrupt`` in the table's counters), so that an index
+        rebuild neither fails on it nor leaves it to be met again."""
         last = self.last_id(partition_key)
         for entry_id in range(max(after_id, 0) + 1, last + 1):
             try:
                 entry = self.get(partition_key, entry_id)
-            except CorruptEntryError:
-                logger.warning("skipping corrupt entry %s/%d", partition_key, entry_id)
+            except CorruptEntryError as exc:
+                self.drop_corrupt(partition_key, entry_id, str(exc))
                 continue
             if entry is not None:  # None: evicted
                 yield entry
 
+    def _delete(self, partition_key: str, entry_id: int) -> bool:
+        """Delete an entry and count it out; call inside a transaction."""
+        # Read before the delete: a damaged record is recounted from the entries present,
+        # which must still include this one.
+        count = self._int(f"n:{partition_key}")
+        if not self._cache.delete(_entry_key(partition_key, entry_id)):
+            return False
+        self._cache.set(f"n:{partition_key}", max(count - 1, 0))
+        return True
+
     def evict(self, partition_key: str, entry_id: int) -> None:
         try:
             with self._cache.transact():
-                if self._cache.delete(_entry_key(partition_key, entry_id)):
-                    count = self._int(f"n:{partition_key}")
-                    self._cache.set(f"n:{partition_key}", max(count - 1, 0))
-        except diskcache.Timeout as exc:
-            raise StoreError(f"timed out evicting an entry in {self._path}") from exc
+                self._delete(partition_key, entry_id)
+        except (diskcache.Timeout, sqlite3.Error) as exc:
+            raise StoreError(f"could not evict an entry in {self._path}: {exc}") from exc
+
+    def drop_corrupt(self, partition_key: str, entry_id: int, reason: str) -> bool:
+        """Evict a damaged entry and add one to its table's ``corrupt`` counter.
+
+        Counted only by the process that really deleted it, so two processes meeting the same
+        damaged entry count it once. Never raises: returns whether the entry was dropped.
+        """
+        logger.warning("dropping damaged entry %s/%d: %s", partition_key, entry_id, reason)
+        try:
+            with self._cache.transact():
+                if not self._delete(partition_key, entry_id):
+                    return False
+            self.add_stats(self._stats_key(partition_key), {"corrupt": 1.0})
+        except (StoreError, diskcache.Timeout, sqlite3.Error):
+            logger.warning(
+                "could not drop damaged entry %s/%d", partition_key, entry_id, exc_info=True
+            )
+            return False
+        return True
+
+    def _partition_record_ok(self, partition_key: str) -> bool:
+        try:
+            text = self._read(f"p:{partition_key}")
+            if not isinstance(text, str):
+                return False
+            Partition.model_validate_json(text)
+        except (CorruptEntryError, ValidationError, ValueError):
+            return False
+        return True
+
+    def _stats_key(self, partition_key: str) -> str:
+        """The ledger's counter key of a partition (the partition key alone if unreadable)."""
+        try:
+            text = self._read(f"p:{partition_key}")
+            if isinstance(text, str):
+                return stats_key(Partition.model_validate_json(text))
+        except (CorruptEntryError, ValidationError, ValueError):
+            pass
+        return partition_key
 
     def partitions(self) -> list[Partition]:
         out: list[Partition] = []
         for pkey in self._json_list(_PARTITIONS):
-            text = self._cache.get(f"p:{pkey}")
-            if text is None:
-                continue
             try:
+                text = self._read(f"p:{pkey}")
+                if text is None:
+                    continue
                 out.append(Partition.model_validate_json(text))
-            except (ValidationError, ValueError) as exc:
+            except (CorruptEntryError, ValidationError, ValueError) as exc:
                 logger.warning("skipping corrupt partition record %s: %s", pkey, exc)
         return out
 
@@ -297,13 +490,13 @@ class DiskStore:
     # -- counters -----------------------------------------------------------------------------
 
     def _read_counters(self, partition_key: str) -> dict[str, float]:
-        text = self._cache.get(f"s:{partition_key}")
-        if text is None:
-            return {}
         try:
+            text = self._read(f"s:{partition_key}")
+            if text is None:
+                return {}
             raw = json.loads(text)
             return {str(k): float(v) for k, v in raw.items()}
-        except (TypeError, ValueError, AttributeError):
+        except (CorruptEntryError, TypeError, ValueError, AttributeError):
             # Counters are statistics, not answers: losing them must not break the cache.
             logger.warning("resetting corrupt counters of %s", partition_key)
             return {}

@@ -7,15 +7,17 @@ All of them are pydantic v2 models so that they validate on the way in and seria
 from __future__ import annotations
 
 import base64
+import difflib
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "CacheEntry",
@@ -28,12 +30,38 @@ __all__ = [
     "Similarity",
     "Usage",
     "canonical_json",
+    "checksum_problem",
+    "entry_checksum",
+    "refuse_unknown_fields",
 ]
 
 
 def canonical_json(value: Any) -> str:
     """Sorted-key, compact JSON: the one text every hash in llmcache is taken over."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def refuse_unknown_fields(model: type[BaseModel], data: Any) -> Any:
+    """Refuse keys that are not fields of ``model``, naming the valid ones.
+
+    Settings models also say ``extra="forbid"``; this runs first so that the message names the
+    fields a caller may use (and the closest one to a misspelling) instead of pydantic's bare
+    "extra inputs are not permitted": a misspelt ``treshold=0.95`` must not do nothing silently.
+    """
+    if not isinstance(data, Mapping):
+        return data
+    valid = list(model.model_fields)
+    unknown = [str(key) for key in data if key not in model.model_fields]
+    if not unknown:
+        return data
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, valid, n=1)
+        hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    raise ValueError(
+        f"{model.__name__} has no setting {', '.join(hints)}; "
+        f"valid settings are: {', '.join(valid)}"
+    )
 
 
 class Mode(str, Enum):
@@ -120,10 +148,21 @@ class CacheOptions(BaseModel):
     ``keywords`` are the values that fill the template's slots: required in keyword mode.
     ``options`` are the choices the prompt offers, used by the ``choose`` modifier.
     ``metadata`` is free caller data (e.g. simulated time) that the recorder writes out.
+    ``constraints`` are request parameters of this query alone (a ``response_format`` whose
+    schema lists this query's allowed answers, say): added to every request the call sends,
+    kept out of the table key, so that queries of one template share a table; a keyword
+    argument of ``create`` may not also be a constraint.
     Fields left ``None`` take the category's policy, then the cache's defaults.
+    Unknown fields and values of the wrong type are refused with a pydantic
+    ``ValidationError`` (a ``ValueError``), as every other bad option is.
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        return refuse_unknown_fields(cls, data)
 
     category: str = Field(min_length=1)
     agent: str = ""
@@ -135,6 +174,11 @@ class CacheOptions(BaseModel):
     modifier: Any = None  # a Modifier; Any because Protocols are not pydantic types
     validator: Any = None  # a Validator, a pydantic model class, or None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # Request parameters of this query alone (e.g. a response_format whose JSON schema lists
+    # this query's allowed places): sent with every request the call makes, recorded, and never
+    # part of the table key, so queries of one template still share a table. A served answer
+    # must meet them through the validator, as every served answer must.
+    constraints: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("keywords", "options", mode="before")
     @classmethod
@@ -144,6 +188,10 @@ class CacheOptions(BaseModel):
         if isinstance(value, str):
             # A lone string is almost always a bug (it would be split into characters).
             return (value,)
+        if isinstance(value, (bytes, bytearray, Mapping)) or not hasattr(value, "__iter__"):
+            # Not a sequence of texts (keywords=5, a dict, bytes): left as it is, so that
+            # pydantic refuses it with a ValidationError instead of tuple() raising TypeError.
+            return value
         return tuple(value)
 
 
@@ -166,8 +214,64 @@ class Partition(BaseModel):
         return digest[:24]
 
 
+# What an entry's checksum covers: everything a lookup decides a hit by (table, text, vector)
+# and everything a hit hands back or adapts (answer, completion, keywords, options, messages).
+# Not the id (assigned by the store), the timestamps, usage or free metadata. Named explicitly
+# and versioned, so that adding a field to CacheEntry never invalidates stored checksums.
+_CHECKSUM_VERSION = "v1"
+_CHECKSUM_FIELDS = (
+    "partition",
+    "embed_text",
+    "embed_mode",
+    "embedder_id",
+    "vector_b64",
+    "keywords",
+    "options",
+    "messages",
+    "content",
+    "completion",
+)
+
+
+def entry_checksum(data: Mapping[str, Any]) -> str:
+    """The checksum of an entry, from its JSON form (the dict that its stored JSON parses to).
+
+    Taken over the JSON form rather than the Python objects, so that what is verified is
+    exactly what was written: a float or tuple that changes shape through JSON cannot make a
+    sound entry look damaged.
+    """
+    payload = canonical_json([data.get(name) for name in _CHECKSUM_FIELDS])
+    digest = hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{_CHECKSUM_VERSION}:{digest}"
+
+
+def checksum_problem(data: Mapping[str, Any]) -> str | None:
+    """Why the JSON form of a stored entry fails its checksum, or ``None`` when it passes.
+
+    Entries written before checksums existed carry none: they load as unverifiable but valid
+    (not migrated: rewriting every entry on open would be slow, and a directory may be shared
+    with processes of the older version that still write entries without one).
+    """
+    stored = data.get("checksum")
+    if stored is None:
+        return None
+    if not isinstance(stored, str):
+        return "its checksum is not a text"
+    if not stored.startswith(f"{_CHECKSUM_VERSION}:"):
+        # A later version's kind of checksum: unverifiable here, like none. Treating it as
+        # damage would make this version evict every entry a newer one shares the cache with.
+        return None
+    if entry_checksum(data) != stored:
+        return "its content does not match its checksum"
+    return None
+
+
 class CacheEntry(BaseModel):
-    """One stored answer: what was asked, what was answered, and the vector it is found by."""
+    """One stored answer: what was asked, what was answered, and the vector it is found by.
+
+    ``checksum`` (see :meth:`sealed`) lets a store tell an answer damaged on disk from a sound
+    one; a store sets it on ``put``, and an entry that fails it is treated as corrupt.
+    """
 
     id: int = -1  # assigned by the store
     partition: Partition
@@ -183,6 +287,22 @@ class CacheEntry(BaseModel):
     usage: Usage
     created_at: float = Field(default_factory=time.time)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    checksum: str | None = None
+
+    @staticmethod
+    def checksum_problem(data: Mapping[str, Any]) -> str | None:
+        """Why the JSON form of a stored entry fails its checksum (``None``: it passes, or it
+        has no checksum); see :func:`checksum_problem`."""
+        return checksum_problem(data)
+
+    def sealed(self) -> CacheEntry:
+        """A copy carrying the checksum of its current content.
+
+        Raises pydantic's ``PydanticSerializationError`` when what it covers cannot be written
+        as JSON (a lone surrogate in a message, say): such an entry is not stored.
+        """
+        data = json.loads(self.model_dump_json(include=set(_CHECKSUM_FIELDS)))
+        return self.model_copy(update={"checksum": entry_checksum(data)})
 
     @staticmethod
     def encode_vector(vector: NDArray[np.float32]) -> str:
@@ -211,6 +331,8 @@ class CallInfo(BaseModel):
     ``collect`` (called and stored without a lookup), ``bypass`` (not cached at all).
     ``usage``/``cost_usd`` are what this call really spent (LLM attempts, revisions, query
     embedding); ``avoided_usd`` is what a hit saved against calling the LLM.
+    ``corrupt_dropped`` counts damaged entries the lookup met (each evicted); ``store_failed``
+    and ``record_failed`` say the answer was returned but could not be stored or recorded.
     """
 
     outcome: Outcome
@@ -229,4 +351,5 @@ class CallInfo(BaseModel):
     embed_text: str | None = None
     corrupt_dropped: int = 0
     store_failed: bool = False
+    record_failed: bool = False
     latency_s: float = 0.0

@@ -6,6 +6,14 @@ arguments verbatim and answer with text from a responder you supply, as real
 ``ChatCompletion`` objects. :class:`HashEmbedder` is a deterministic embedder. None of them
 produce results anyone should read as measured.
 
+A responder may also return a whole response body (a mapping, e.g. an answer made of tool
+calls, or a malformed one): it is built the way the openai SDK builds a server's JSON, without
+validation, so code under test meets what a misbehaving server would send.
+
+>>> body = {"choices": [{"index": 0, "finish_reason": "stop", "message": None}]}
+>>> FakeOpenAI(lambda request: body).chat.completions.create(model="m", messages=[]).choices[0]
+Choice(finish_reason='stop', index=0, logprobs=None, message=None)
+
 >>> from llmcache.testing import FakeOpenAI
 >>> fake = FakeOpenAI(lambda request: "pong")
 >>> reply = fake.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
@@ -20,7 +28,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from openai.types.chat import ChatCompletion
@@ -29,7 +37,9 @@ from ._hash_embedder import HashEmbedder
 
 __all__ = ["AsyncFakeOpenAI", "FakeOpenAI", "HashEmbedder", "Responder", "scripted"]
 
-Responder = Callable[[dict[str, Any]], str]
+#: Answers a request: with the text of the answer, with a whole response body (a mapping,
+#: missing top-level fields filled in), or with a ready ChatCompletion.
+Responder = Callable[[dict[str, Any]], str | Mapping[str, Any] | ChatCompletion]
 
 
 def _last_user_text(request: dict[str, Any]) -> str:
@@ -44,7 +54,7 @@ def _echo(request: dict[str, Any]) -> str:
     return f"answer to: {_last_user_text(request)}"
 
 
-def scripted(answers: Iterable[str]) -> Responder:
+def scripted(answers: Iterable[str | Mapping[str, Any] | ChatCompletion]) -> Responder:
     """A responder that gives the answers in order, repeating the last one when they run out."""
     items = list(answers)
     if not items:
@@ -52,7 +62,7 @@ def scripted(answers: Iterable[str]) -> Responder:
     counter = itertools.count()
     lock = threading.Lock()
 
-    def respond(request: dict[str, Any]) -> str:
+    def respond(request: dict[str, Any]) -> str | Mapping[str, Any] | ChatCompletion:
         with lock:
             i = next(counter)
         return items[min(i, len(items) - 1)]
@@ -100,28 +110,39 @@ class _FakeCore:
         with self._lock:
             self.calls.append(kwargs)
             n = next(self._ids)
-        content = self.responder(kwargs)
+        answer = self.responder(kwargs)
+        if isinstance(answer, ChatCompletion):
+            return answer
         data: dict[str, Any] = {
             "id": f"chatcmpl-fake-{n}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": str(kwargs.get("model", "fake-model")),
-            "choices": [
+        }
+        if isinstance(answer, Mapping):
+            data.update(answer)
+            text = str(answer)
+        else:
+            data["choices"] = [
                 {
                     "index": 0,
                     "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": content},
+                    "message": {"role": "assistant", "content": answer},
                 }
-            ],
-        }
-        if self.report_usage:
+            ]
+            text = answer
+        if self.report_usage and "usage" not in data:
             prompt = _prompt_chars(kwargs) // 4 + 1
-            completion = len(content) // 4 + 1
+            completion = len(text) // 4 + 1
             data["usage"] = {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
             }
+        if isinstance(answer, Mapping):
+            # As the openai SDK turns a server's JSON into a response: without validating it.
+            built: ChatCompletion = ChatCompletion.construct(**data)
+            return built
         return ChatCompletion.model_validate(data)
 
 

@@ -519,3 +519,88 @@ def test_corrupt_entry_on_disk_is_a_counted_miss_and_is_removed(tmp_path: Path) 
     _, info = again.chat.completions.create_with_info(model="m", messages=MSGS, cache=opts())
     assert info.outcome == "hit" and info.corrupt_dropped == 0
     assert again.cache.stats().total.corrupt == 1
+
+
+# -- per-query constraints ---------------------------------------------------------------------
+
+
+def _places_format(places: list[str]) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "properties": {"place": {"type": "string", "enum": places}},
+        "required": ["place"],
+        "additionalProperties": False,
+    }
+    return {"type": "json_schema", "json_schema": {"name": "place", "schema": schema}}
+
+
+def _in(places: list[str]) -> Any:
+    def validate(content: str) -> None:
+        if json.loads(content)["place"] not in places:
+            raise ValueError(f"not one of {places}")
+
+    return validate
+
+
+def test_per_query_constraints_share_a_table_and_bind_the_served_answer(tmp_path: Path) -> None:
+    def responder(request: dict[str, Any]) -> str:
+        # Like a constrained decoder: the answer is whatever the request's schema allows last.
+        enum = request["response_format"]["json_schema"]["schema"]["properties"]["place"]["enum"]
+        return json.dumps({"place": enum[-1]})
+
+    def builder(ctx: ModifyContext) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": f"Revise {ctx.candidate.entry.content}"}]
+
+    fake = FakeOpenAI(responder)
+    client, _ = make(
+        tmp_path, fake, mode=Mode.SERVE,
+        categories={"plan": CategoryPolicy(modifier=Revise(builder))},
+    )  # fmt: skip
+    create = client.chat.completions.create_with_info
+
+    def ask(places: list[str], category: str = "where") -> tuple[str, Any]:
+        options = opts(
+            category=category, keywords=["walk the dog"], validator=_in(places),
+            constraints={"response_format": _places_format(places)},
+        )  # fmt: skip
+        reply, info = create(model="m", messages=MSGS, temperature=0, cache=options)
+        return json.loads(reply.choices[0].message.content or "")["place"], info
+
+    place1, info1 = ask(["Cafe", "Park"])
+    assert info1.outcome == "miss" and place1 == "Park"
+    assert fake.calls[0]["response_format"] == _places_format(["Cafe", "Park"])
+    assert fake.calls[0]["temperature"] == 0  # the caller's keywords go out as well
+    # Another query of the template, other places: the same table, and the cached "Park" is
+    # allowed there too, so it is served as it is (read), with no request.
+    place2, info2 = ask(["Library", "Park"])
+    assert (info2.outcome, place2, len(fake.calls)) == ("hit", "Park", 1)
+    assert info2.partition_key == info1.partition_key
+    # A query where "Park" is not allowed: the cached answer fails this query's validator, so
+    # it is a miss, asked with this query's constraint, and stored in the same table.
+    place3, info3 = ask(["Library", "School"])
+    assert (info3.outcome, place3) == ("miss", "School")
+    assert info3.partition_key == info1.partition_key
+    assert fake.calls[1]["response_format"] == _places_format(["Library", "School"])
+    assert len(client.cache.stats().tables) == 1
+    # A revising category: the revision request carries the new query's constraint too.
+    ask(["Cafe", "Park"], category="plan")
+    place5, info5 = ask(["Library", "School"], category="plan")
+    assert (info5.outcome, info5.modifier, place5) == ("hit", "revise", "School")
+    assert fake.calls[-1]["response_format"] == _places_format(["Library", "School"])
+    assert fake.calls[-1]["messages"][0]["content"].startswith("Revise")
+    # The recorder keeps each query's constraint beside the shared parameters.
+    calls = [r for r in read_records(tmp_path / "rec.jsonl") if r.kind == "call"]
+    assert [c.constraints["response_format"] for c in calls[:3]] == [
+        _places_format(p) for p in (["Cafe", "Park"], ["Library", "Park"], ["Library", "School"])
+    ]
+    assert all("response_format" not in c.params for c in calls)
+
+
+def test_a_parameter_given_twice_is_a_clear_error(tmp_path: Path) -> None:
+    client, fake = make(tmp_path)
+    options = opts(constraints={"response_format": _places_format(["Park"])})
+    with pytest.raises(ConfigurationError, match="response_format given both"):
+        client.chat.completions.create(
+            model="m", messages=MSGS, response_format={"type": "json_object"}, cache=options
+        )
+    assert fake.calls == []

@@ -49,3 +49,20 @@ def test_docstring_examples_run() -> None:
 
     result = doctest.testmod(llmcache.testing)
     assert result.attempted >= 3 and result.failed == 0
+
+
+def test_nothing_outside_llmcache_imports_its_private_modules() -> None:
+    # The town, the experiments, the examples and the notebooks use llmcache as its users do:
+    # through `import llmcache` (benchmarks may time private parts, such as one index, alone).
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    private = re.compile(r"(from|import)\s+llmcache\._")
+    offenders = []
+    for folder in ("agent_core", "experiments", "examples", "notebooks"):
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in {".py", ".ipynb"} and private.search(path.read_text("utf-8")):
+                offenders.append(str(path.relative_to(root)))
+    assert (root / "experiments" / "_evaluate.py").exists()  # the scan looks where the code is
+    assert offenders == []

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from llmcache._errors import CorruptEntryError, StoreError
+from llmcache._ledger import stats_key
 from llmcache._protocols import EntryStore, Manifest
 from llmcache._store import DiskStore
 from llmcache._types import CacheEntry, EmbedMode, Partition, Usage
@@ -108,9 +109,12 @@ def test_corrupt_entry_raises_and_is_skipped_by_iterate(
     with caplog.at_level(logging.WARNING, logger="llmcache._store"):
         assert [e.id for e in store.iterate(P1.key)] == [ids[0]]
     assert "corrupt" in caplog.text
-    store.evict(P1.key, ids[1])
+    # iterate does not only skip damaged entries: it evicts and counts them (issue 16).
+    assert store.get(P1.key, ids[1]) is None and store.get(P1.key, ids[2]) is None
+    assert store.read_stats()[stats_key(P1)]["corrupt"] == 2  # the ledger's table counters
+    store.evict(P1.key, ids[1])  # evicting again is harmless
     assert store.get(P1.key, ids[1]) is None
-    assert store.count(P1.key) == 2
+    assert store.count(P1.key) == 1
 
 
 def test_ids_increase_per_partition_and_are_never_reused(store: DiskStore) -> None:
