@@ -14,6 +14,7 @@ OpenAI-compatible client wrapped in :class:`llmcache.CachedLLM`.
 from __future__ import annotations
 
 from .agent import Agent, Event, Task, converse
+from .call import TownCall
 from .clock import Clock, hhmm, parse_hhmm
 from .config import SimConfig
 from .llm import LLMStats, TownLLM, cache_config, category_policy, open_town_llm
@@ -47,6 +48,7 @@ __all__ = [
     "Slot",
     "Task",
     "Template",
+    "TownCall",
     "TownLLM",
     "World",
     "build_revision",

@@ -28,7 +28,7 @@ from .config import SimConfig
 from .llm import open_town_llm
 from .persona import load_agents
 from .sim import RunSummary, Simulation
-from .templates import ANSWER_TOKENS, TEMPLATES
+from .templates import TEMPLATES
 from .world import load_world
 
 
@@ -80,12 +80,16 @@ def _print_summary(summary: RunSummary, out: Path) -> None:
         f"{summary.wall_seconds:.1f} s"
     )
     width = max(len(c) for c in summary.calls)
+    print(
+        f"  {'category':<{width}}  {'asked':>6}  {'per day':>8}  {'first try':>9}  "
+        f"{'resubmitted':>11}  {'escalated':>9}  {'fell back':>9}"
+    )
     for category, n in summary.calls.items():
-        failed = summary.failed.get(category, 0)
-        resub = summary.resubmissions.get(category, 0)
+        first = summary.first_try.get(category, 0)
         print(
-            f"  {category:<{width}}  {n:6d}  {summary.calls_per_day[category]:8.1f}/day"
-            f"  resubmitted {resub:4d}  failed {failed:3d}"
+            f"  {category:<{width}}  {n:6d}  {summary.calls_per_day[category]:8.1f}"
+            f"  {first / n if n else 0:9.1%}  {summary.resubmitted.get(category, 0):11d}"
+            f"  {summary.escalated.get(category, 0):9d}  {summary.failed.get(category, 0):9d}"
         )
     observed = ", ".join(f"{k.split()[0]} {v}" for k, v in summary.observed_actors.items())
     print(f"observed actors: {observed}")
@@ -130,9 +134,6 @@ def _run(args: argparse.Namespace) -> int:
             superior_model=superior,
             embed=EmbedMode(args.embed),
             params=params,
-            # The small local models can ramble inside a JSON string until the context is
-            # full; cap each category's answer (``--max-tokens`` still wins).
-            answer_tokens=ANSWER_TOKENS if args.llm == "local" else None,
         )
         stack.callback(llm.close)
         sim = Simulation(

@@ -163,7 +163,8 @@ class Agent:
     # -- prompts --------------------------------------------------------------------------------
 
     def summary_block(self, now: int) -> str:
-        """The agent summary block every prompt starts with (Park et al.'s identity set)."""
+        """The agent summary block every prompt starts with (Park et al.'s identity set); the
+        current time goes last in each prompt instead (see ``Template.render``)."""
         s = self.seed
         return (
             f"Name: {s.name} (age {s.age}, {s.gender})\n"
@@ -171,8 +172,7 @@ class Agent:
             f"About {s.first_name}: {s.seed_memory}\n"
             f"Lifestyle: {s.lifestyle}\n"
             f"Daily routine: {'; '.join(s.routine)}\n"
-            f"Currently: {self.summary}\n"
-            f"Current time: {self.clock.describe(now)}"
+            f"Currently: {self.summary}"
         )
 
     def _ask(
@@ -187,6 +187,7 @@ class Agent:
             t,
             agent=self.name,
             summary_block=self.summary_block(now),
+            time=self.clock.describe(now),
             slots=slots,
             requirements=requirements,
             context=context,

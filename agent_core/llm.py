@@ -40,10 +40,18 @@ from llmcache import (
     SemanticCache,
 )
 
-from .revise import RevisionRequest, build_revision
+from .call import TownCall
 from .templates import TEMPLATES, Requirements, SlotValue, Template, choose_extract, choose_render
 
-__all__ = ["LLMStats", "TownLLM", "cache_config", "category_policy", "open_town_llm"]
+__all__ = [
+    "LLMStats",
+    "TownLLM",
+    "cache_config",
+    "category_policy",
+    "open_town_llm",
+    "town_options",
+    "town_request",
+]
 
 logger = logging.getLogger("agent_core")
 
@@ -64,7 +72,9 @@ class LLMStats(BaseModel):
     calls: Counter[str] = Field(default_factory=Counter)
     outcomes: Counter[str] = Field(default_factory=Counter)  # "category|outcome"
     attempts: Counter[str] = Field(default_factory=Counter)  # requests, resubmissions included
-    resubmissions: Counter[str] = Field(default_factory=Counter)
+    resubmissions: Counter[str] = Field(default_factory=Counter)  # extra attempts, summed
+    first_try: Counter[str] = Field(default_factory=Counter)  # valid at the first attempt
+    resubmitted: Counter[str] = Field(default_factory=Counter)  # calls that needed more
     escalated: Counter[str] = Field(default_factory=Counter)
     failed: Counter[str] = Field(default_factory=Counter)  # no valid answer: fallback used
 
@@ -72,19 +82,10 @@ class LLMStats(BaseModel):
         return sum(self.calls.values())
 
 
-def _revise_builder(ctx: ModifyContext) -> list[dict[str, Any]] | None:
-    revise = ctx.options.metadata.get("revise")
-    if not isinstance(revise, Mapping):
-        return None
-    request = RevisionRequest(
-        category=ctx.options.category,
-        name=str(revise.get("name", ctx.options.agent)),
-        cached_content=ctx.candidate.entry.content,
-        requirements=Requirements.model_validate(ctx.options.metadata.get("requirements") or {}),
-        context={str(k): str(v) for k, v in (revise.get("context") or {}).items()},
-    )
-    messages = build_revision(request)
-    return list(messages) if messages else None
+def _unbound_revision(ctx: ModifyContext) -> list[dict[str, Any]] | None:
+    # A revise category's policy default: a call that arrives without its bound modifier (see
+    # town_options) has no query to revise for, so its candidate is a miss.
+    return None
 
 
 def category_policy(t: Template[Any]) -> CategoryPolicy:
@@ -99,8 +100,50 @@ def category_policy(t: Template[Any]) -> CategoryPolicy:
     elif t.modifier == "choose":
         modifier = Choose(extract=choose_extract, render=choose_render)
     else:
-        modifier = Revise(builder=_revise_builder)
+        modifier = Revise(builder=_unbound_revision)
     return CategoryPolicy(modifier=modifier, validator=t.validator())
+
+
+def town_options(call: TownCall, *, query_schema: bool = True) -> CacheOptions:
+    """The cache options of one town call.
+
+    The modifier is bound to this query (a revision knows the query's rules and situation), the
+    validator checks this query's requirements, and with ``query_schema`` this query's JSON
+    schema goes out as a per-query constraint: sent with the request (and with a revision),
+    kept out of the table key, so all queries of a template still share their agent's table.
+    """
+    t = call.template
+    modifier: Revise | None = None
+    if t.modifier == "revise":
+
+        def revise(ctx: ModifyContext) -> list[dict[str, Any]] | None:
+            return call.revision(ctx.candidate.entry.content)
+
+        modifier = Revise(builder=revise)
+    return CacheOptions(
+        category=call.category,
+        agent=call.agent,
+        keywords=call.keywords(),
+        options=call.requirements.options,
+        modifier=modifier,
+        validator=call.validator(),
+        metadata=call.record_metadata(),
+        constraints={"response_format": call.response_format()} if query_schema else {},
+    )
+
+
+def town_request(call: TownCall, model: str, *, query_schema: bool = True) -> dict[str, Any]:
+    """The keyword arguments of ``create`` for a call (what its table's key hashes): the
+    model, the messages, the template's ``max_tokens`` and, without per-query schemas, the
+    template's own schema."""
+    request: dict[str, Any] = {
+        "model": model,
+        "messages": call.messages(),
+        "max_tokens": call.max_tokens,
+    }
+    if not query_schema:
+        request["response_format"] = call.template.response_format()
+    return request
 
 
 def cache_config(
@@ -140,14 +183,14 @@ class TownLLM:
         transient_retries: int = 3,
         retry_backoff: float = 0.5,
         owned: tempfile.TemporaryDirectory[str] | None = None,
-        answer_tokens: Mapping[str, int] | None = None,
+        query_schemas: bool = True,
     ) -> None:
         self.llm = llm
         self.model = model
         self.params = dict(params or {})
-        # Per-category ``max_tokens`` (e.g. ``templates.ANSWER_TOKENS``): a small local model
-        # can ramble inside a JSON string until the context is full; ``params`` wins.
-        self.answer_tokens = dict(answer_tokens or {})
+        # Per-query JSON schemas (constrained decoding of this query's places, options, times):
+        # off only for a provider that refuses them (they use enum, const, anyOf, prefixItems).
+        self.query_schemas = query_schemas
         self.transient_retries = transient_retries
         self.retry_backoff = retry_backoff
         self.stats = LLMStats()
@@ -163,81 +206,77 @@ class TownLLM:
         requirements: Requirements | None = None,
         context: Mapping[str, str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        time: str | None = None,
     ) -> R | None:
         """The validated answer to one prompt, or ``None`` if no valid answer could be had."""
-        requirements = requirements or Requirements()
-        messages = t.render(summary_block, agent, slots)
-        meta: dict[str, Any] = {**(metadata or {}), "group": t.group}
-        rules = requirements.model_dump(exclude_none=True)
-        if rules:
-            # The query's own rules: what the revise builder must meet, and what lets a
-            # dataset reader re-check any recorded answer (valid or refused) against its query.
-            meta["requirements"] = rules
-        if t.modifier == "revise":
-            # What a revision prompt needs beyond the cached answer and the rules.
-            meta["revise"] = {"name": agent, "context": dict(context or {})}
-        options = CacheOptions(
+        call = TownCall(
             category=t.category,
             agent=agent,
-            # Keyword mode refuses an empty keyword list; the category name is the honest
-            # stand-in when a template's slots happen to be empty.
-            keywords=t.keywords(slots) or [t.category],
-            options=requirements.options,
-            validator=t.validator(requirements),
-            metadata=meta,
+            summary_block=summary_block,
+            time=time,
+            slots={k: v if isinstance(v, str) else list(v) for k, v in slots.items()},
+            requirements=requirements or Requirements(),
+            context=dict(context or {}),
+            metadata=dict(metadata or {}),
         )
-        self.stats.calls[t.category] += 1
-        content = self._send(t, messages, options)
+        answer: R | None = self.send(call)
+        return answer
+
+    def send(self, call: TownCall) -> Any:
+        """The validated answer to one typed call, or ``None`` if no valid answer could be had."""
+        category = call.category
+        self.stats.calls[category] += 1
+        content = self._send(call)
         if content is None:
-            self.stats.failed[t.category] += 1
+            self.stats.failed[category] += 1
             return None
         try:
-            return t.parse(content, requirements)
+            return call.parse(content)
         except ValueError:  # cannot happen for a validated answer; never trust it blindly
-            logger.warning("%s: validated answer failed to parse", t.category, exc_info=True)
-            self.stats.failed[t.category] += 1
+            logger.warning("%s: validated answer failed to parse", category, exc_info=True)
+            self.stats.failed[category] += 1
             return None
 
-    def _send(
-        self, t: Template[Any], messages: list[dict[str, str]], options: CacheOptions
-    ) -> str | None:
-        params = dict(self.params)
-        if t.category in self.answer_tokens:
-            params.setdefault("max_tokens", self.answer_tokens[t.category])
+    def _send(self, call: TownCall) -> str | None:
+        category = call.category
+        options = town_options(call, query_schema=self.query_schemas)
+        # ``params`` (e.g. --max-tokens) win over the template's own values.
+        request = {**town_request(call, self.model, query_schema=self.query_schemas), **self.params}
         for attempt in range(self.transient_retries + 1):
             try:
                 completion, info = self.llm.chat.completions.create_with_info(
-                    model=self.model,
-                    messages=messages,
-                    response_format=t.response_format(),
-                    cache=options,
-                    **params,
+                    **request, cache=options
                 )
             except InvalidResponseError as exc:
                 logger.warning(
                     "%s for %s: no valid answer after %d attempts (%s)",
-                    t.category,
+                    category,
                     options.agent,
                     exc.attempts,
                     exc.last_error[:200],
                 )
-                self.stats.attempts[t.category] += exc.attempts
-                self.stats.resubmissions[t.category] += max(0, exc.attempts - 1)
+                self.stats.attempts[category] += exc.attempts
+                self.stats.resubmissions[category] += max(0, exc.attempts - 1)
+                self.stats.resubmitted[category] += 1
                 return None
             except _TRANSIENT as exc:
                 if attempt == self.transient_retries:
-                    logger.warning("%s: provider kept failing: %s", t.category, exc)
+                    logger.warning("%s: provider kept failing: %s", category, exc)
                     return None
                 time.sleep(min(8.0, self.retry_backoff * 2**attempt))
                 continue
             except (openai.APIError, LLMCacheError) as exc:
-                logger.warning("%s: call failed: %s", t.category, exc)
+                logger.warning("%s: call failed: %s", category, exc)
                 return None
-            self.stats.outcomes[f"{t.category}|{info.outcome}"] += 1
-            self.stats.attempts[t.category] += info.attempts
-            self.stats.resubmissions[t.category] += max(0, info.attempts - 1)
+            self.stats.outcomes[f"{category}|{info.outcome}"] += 1
+            self.stats.attempts[category] += info.attempts
+            self.stats.resubmissions[category] += max(0, info.attempts - 1)
+            if info.attempts == 1:
+                self.stats.first_try[category] += 1
+            elif info.attempts > 1:
+                self.stats.resubmitted[category] += 1
             if info.escalated:
-                self.stats.escalated[t.category] += 1
+                self.stats.escalated[category] += 1
             if not completion.choices:
                 return None
             return completion.choices[0].message.content
@@ -265,7 +304,7 @@ def open_town_llm(
     params: Mapping[str, Any] | None = None,
     transient_retries: int = 3,
     retry_backoff: float = 0.5,
-    answer_tokens: Mapping[str, int] | None = None,
+    query_schemas: bool = True,
 ) -> TownLLM:
     """A :class:`TownLLM` over any OpenAI-compatible ``client``.
 
@@ -274,7 +313,7 @@ def open_town_llm(
     ``record_to`` appends every call to a JSONL dataset. ``transient_retries`` is how often a
     connection, timeout, rate-limit or server error is retried (with backoff) before the call
     counts as failed; the first wait is ``retry_backoff`` seconds, doubling each time.
-    ``answer_tokens`` caps the answer length per category (``templates.ANSWER_TOKENS``).
+    ``query_schemas``: send each query's own JSON schema (see :func:`town_options`).
     """
     owned: tempfile.TemporaryDirectory[str] | None = None
     if cache_dir is None:
@@ -304,5 +343,5 @@ def open_town_llm(
         transient_retries=transient_retries,
         retry_backoff=retry_backoff,
         owned=owned,
-        answer_tokens=answer_tokens,
+        query_schemas=query_schemas,
     )

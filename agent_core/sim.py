@@ -54,7 +54,10 @@ class RunSummary(BaseModel):
     groups: dict[str, int]
     outcomes: dict[str, int]
     attempts: dict[str, int]
-    resubmissions: dict[str, int]
+    resubmissions: dict[str, int]  # extra attempts, summed
+    # Calls the model answered validly at its first attempt; calls that needed more than one.
+    first_try: dict[str, int] = Field(default_factory=dict)
+    resubmitted: dict[str, int] = Field(default_factory=dict)
     escalated: dict[str, int]
     failed: dict[str, int]
     reflections: dict[str, int]
@@ -132,9 +135,12 @@ class Simulation:
         started = time.perf_counter()
         bar: Any = None
         if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=steps, unit="step", desc="simulating", dynamic_ncols=True)
+            try:
+                from tqdm import tqdm
+            except ImportError:  # the bar is an extra ([town] or [experiments]), not a need
+                logger.info("no progress bar: pip install 'llmcache[town]' for one")
+            else:
+                bar = tqdm(total=steps, unit="step", desc="simulating", dynamic_ncols=True)
         try:
             for _ in range(steps):
                 self.step()
@@ -169,6 +175,8 @@ class Simulation:
             outcomes=dict(sorted(stats.outcomes.items())),
             attempts=dict(sorted(stats.attempts.items())),
             resubmissions=dict(sorted(stats.resubmissions.items())),
+            first_try=dict(sorted(stats.first_try.items())),
+            resubmitted=dict(sorted(stats.resubmitted.items())),
             escalated=dict(sorted(stats.escalated.items())),
             failed=dict(sorted(stats.failed.items())),
             reflections={a.name: a.reflections for a in self.agents},

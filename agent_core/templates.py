@@ -38,28 +38,32 @@ from .responses import (
     parse_lenient,
     strict_schema,
 )
+from .schemas import narrow_choice, narrow_insights, narrow_location, narrow_schedule, narrowed
 
 __all__ = [
     "ACTOR_REACTION",
     "ACTOR_STATUS",
     "AGENT_REACTION",
-    "ANSWER_TOKENS",
     "CATEGORIES",
     "DECOMPOSITION",
+    "DECOMPOSITION_RULE",
     "DIALOGUE_SUMMARY",
     "FINDING_LOCATION",
     "GROUPS",
     "IMPORTANCE",
     "INITIAL_PLAN",
+    "INITIAL_PLAN_RULE",
     "INSIGHTS",
     "MEMORY_SUMMARY",
     "QUESTIONS",
     "RELATIONSHIP",
     "REVISION",
+    "REVISION_RULE",
     "SYSTEM_PROMPT",
     "TEMPLATES",
     "UTTERANCE",
     "Requirements",
+    "ScheduleRule",
     "Slot",
     "SlotValue",
     "Template",
@@ -166,6 +170,14 @@ class Template(Generic[R]):
     answer_format: str
     modifier: ModifierKind | None
     check: Callable[[R, Requirements], None] | None = None
+    # Narrows a copy of the template's JSON schema to one query's requirements (agent_core.
+    # schemas): what a constrained decoder then lets the model write.
+    narrow: Callable[[dict[str, Any], Requirements], None] | None = None
+    # The answer's ``max_tokens``: room for the longest valid answer plus a margin. With the
+    # query's schema the decoder stops at the closing brace; the cap only bounds a model that
+    # rambles inside a string, and an answer cut off by it is invalid. The schedule caps are
+    # wide because Qwen pretty-prints: a valid 7-item plan took 339 tokens.
+    max_tokens: int = 256
 
     @property
     def bypass(self) -> bool:
@@ -187,17 +199,29 @@ class Template(Generic[R]):
         return [k for k in out if k.strip()]
 
     def render(
-        self, summary_block: str, name: str, slots: Mapping[str, SlotValue]
+        self,
+        summary_block: str,
+        name: str,
+        slots: Mapping[str, SlotValue],
+        time: str | None = None,
     ) -> list[dict[str, str]]:
-        """The chat messages of this prompt: the agent summary block, the template body with
-        its slots filled, and the JSON answer format."""
+        """The chat messages of this prompt: the agent summary block, the JSON answer format,
+        the template body with its slots filled, and the current ``time`` if given."""
         missing = [s.name for s in self.slots if s.name not in slots]
         if missing:
             raise KeyError(f"{self.category}: missing slots {missing}")
         values = {s.name: s.render(slots[s.name]) for s in self.slots}
         body = self.body.format(name=name, **values)
         answer = self.answer_format.replace("{name}", name)
-        user = f"{summary_block}\n\n{body}\n\nAnswer in JSON format: {answer}"
+        # The answer format goes before the body, not after it: everything up to the first
+        # slot value is then the same for every prompt of this template and agent, and the
+        # server's prefix cache skips it. For the importance score (half of the town's prompts)
+        # only the memory itself is left to read.
+        user = f"{summary_block}\n\nAnswer in JSON format: {answer}\n\n{body}"
+        if time is not None:
+            # Last for the same reason: the clock moves every step, and whatever follows it in
+            # the prompt would have to be read again.
+            user += f"\nCurrent time: {time}"
         return [
             {"role": "system", "content": SYSTEM_PROMPT.format(name=name)},
             {"role": "user", "content": user},
@@ -219,17 +243,23 @@ class Template(Generic[R]):
 
         return validate
 
-    def json_schema(self) -> dict[str, Any]:
-        return strict_schema(self.response)
+    def json_schema(self, requirements: Requirements | None = None) -> dict[str, Any]:
+        """The template's strict schema; with ``requirements``, narrowed to that query (its
+        places, options, window and counts: see :mod:`agent_core.schemas`)."""
+        base = strict_schema(self.response)
+        if requirements is None:
+            return base
+        return narrowed(base, self.narrow, requirements, self.max_tokens)
 
-    def response_format(self) -> dict[str, Any]:
-        """The ``response_format`` of a request; its name carries the category, which lets a
-        test double (and a log reader) tell the prompt's category without parsing it."""
+    def response_format(self, requirements: Requirements | None = None) -> dict[str, Any]:
+        """The ``response_format`` of a request (of one query, given its ``requirements``);
+        its name carries the category, which lets a test double (and a log reader) tell the
+        prompt's category without parsing it."""
         return {
             "type": "json_schema",
             "json_schema": {
                 "name": _schema_name(self.category),
-                "schema": self.json_schema(),
+                "schema": self.json_schema(requirements),
                 "strict": True,
             },
         }
@@ -254,24 +284,42 @@ def _window(req: Requirements, default: tuple[str, str] | None = None) -> tuple[
     return None if window is None else (parse_hhmm(window[0]), parse_hhmm(window[1]))
 
 
-def _check_initial_plan(r: InitialPlanResponse, req: Requirements) -> None:
-    check_schedule(
-        r.plans,
-        count=(5, 7),
-        min_minutes=60,
-        window=_window(req, _DAY_WINDOW),
-        places=req.places,
-    )
+@dataclass(frozen=True)
+class ScheduleRule:
+    """The rules of one schedule-valued answer, in one place: the validator checks them and
+    the query's schema is narrowed by them (and the prompts state them)."""
+
+    field: str
+    count: tuple[int, int]
+    min_minutes: int
+    cover: bool = False  # contiguous, spanning the window exactly
+    default_window: tuple[str, str] | None = None
+
+    def check(self, response: BaseModel, req: Requirements) -> None:
+        check_schedule(
+            getattr(response, self.field),
+            count=self.count,
+            min_minutes=self.min_minutes,
+            window=_window(req, self.default_window),
+            cover=self.cover,
+            places=req.places,
+        )
+
+    def narrow(self, schema: dict[str, Any], req: Requirements) -> None:
+        narrow_schedule(
+            schema,
+            req,
+            field=self.field,
+            count=self.count,
+            min_minutes=self.min_minutes,
+            cover=self.cover,
+            default_window=self.default_window,
+        )
 
 
-def _check_decomposition(r: DecompositionResponse, req: Requirements) -> None:
-    check_schedule(
-        r.tasks, count=(2, 3), min_minutes=30, window=_window(req), cover=True, places=req.places
-    )
-
-
-def _check_revision(r: PlanRevisionResponse, req: Requirements) -> None:
-    check_schedule(r.plans, count=(0, 8), min_minutes=30, window=_window(req), places=req.places)
+INITIAL_PLAN_RULE = ScheduleRule("plans", (5, 7), 60, default_window=_DAY_WINDOW)
+DECOMPOSITION_RULE = ScheduleRule("tasks", (2, 3), 30, cover=True)
+REVISION_RULE = ScheduleRule("plans", (0, 8), 30)
 
 
 def _check_location(r: LocationResponse, req: Requirements) -> None:
@@ -335,6 +383,7 @@ IMPORTANCE = Template(
     response=ImportanceResponse,
     answer_format='{"score": <an integer from 1 to 10>}',
     modifier="read",
+    max_tokens=16,
 )
 
 INITIAL_PLAN = Template(
@@ -357,7 +406,9 @@ INITIAL_PLAN = Template(
     response=InitialPlanResponse,
     answer_format='{"plans": [' + _PLAN_FORMAT + ", ...]}",
     modifier="revise",
-    check=_check_initial_plan,
+    check=INITIAL_PLAN_RULE.check,
+    narrow=INITIAL_PLAN_RULE.narrow,
+    max_tokens=768,
 )
 
 DECOMPOSITION = Template(
@@ -382,7 +433,9 @@ DECOMPOSITION = Template(
     response=DecompositionResponse,
     answer_format='{"tasks": [' + _PLAN_FORMAT + ", ...]}",
     modifier="revise",
-    check=_check_decomposition,
+    check=DECOMPOSITION_RULE.check,
+    narrow=DECOMPOSITION_RULE.narrow,
+    max_tokens=768,
 )
 
 REVISION = Template(
@@ -409,7 +462,9 @@ REVISION = Template(
     response=PlanRevisionResponse,
     answer_format='{"plans": [' + _PLAN_FORMAT + ", ...]}",
     modifier="revise",
-    check=_check_revision,
+    check=REVISION_RULE.check,
+    narrow=REVISION_RULE.narrow,
+    max_tokens=1024,
 )
 
 FINDING_LOCATION = Template(
@@ -426,6 +481,8 @@ FINDING_LOCATION = Template(
     answer_format='{"location": "<one of the options>"}',
     modifier="choose",
     check=_check_location,
+    narrow=narrow_location,
+    max_tokens=48,
 )
 
 ACTOR_REACTION = Template(
@@ -452,6 +509,8 @@ ACTOR_REACTION = Template(
     ),
     modifier="revise",
     check=_check_choice,
+    narrow=narrow_choice,
+    max_tokens=96,
 )
 
 QUESTIONS = Template(
@@ -466,6 +525,7 @@ QUESTIONS = Template(
     response=QuestionsResponse,
     answer_format='{"questions": ["<question 1>", "<question 2>", "<question 3>"]}',
     modifier="read",
+    max_tokens=160,
 )
 
 INSIGHTS = Template(
@@ -484,6 +544,8 @@ INSIGHTS = Template(
     ),
     modifier="read",
     check=_check_insights,
+    narrow=narrow_insights,
+    max_tokens=400,
 )
 
 MEMORY_SUMMARY = Template(
@@ -498,6 +560,7 @@ MEMORY_SUMMARY = Template(
     response=SummaryResponse,
     answer_format='{"summary": "<2 to 4 sentences>"}',
     modifier="read",
+    max_tokens=160,
 )
 
 ACTOR_STATUS = Template(
@@ -512,6 +575,7 @@ ACTOR_STATUS = Template(
     response=StatusResponse,
     answer_format='{"status": "<a short phrase, e.g. being used to make coffee>"}',
     modifier="read",
+    max_tokens=48,
 )
 
 AGENT_REACTION = Template(
@@ -540,6 +604,8 @@ AGENT_REACTION = Template(
     ),
     modifier=None,
     check=_check_choice,
+    narrow=narrow_choice,
+    max_tokens=96,
 )
 
 RELATIONSHIP = Template(
@@ -554,6 +620,7 @@ RELATIONSHIP = Template(
     response=SummaryResponse,
     answer_format='{"summary": "<one or two sentences>"}',
     modifier=None,
+    max_tokens=128,
 )
 
 UTTERANCE = Template(
@@ -578,6 +645,7 @@ UTTERANCE = Template(
     response=UtteranceResponse,
     answer_format='{"utterance": "<what {name} says>", "end_conversation": <true or false>}',
     modifier=None,
+    max_tokens=96,
 )
 
 DIALOGUE_SUMMARY = Template(
@@ -591,6 +659,7 @@ DIALOGUE_SUMMARY = Template(
     response=SummaryResponse,
     answer_format='{"summary": "<one sentence>"}',
     modifier=None,
+    max_tokens=96,
 )
 
 TEMPLATES: tuple[Template[Any], ...] = (
@@ -621,26 +690,3 @@ def template(category: str) -> Template[Any]:
         return _BY_CATEGORY[category]
     except KeyError:
         raise KeyError(f"unknown category {category!r}; known: {list(CATEGORIES)}") from None
-
-
-# Answer length caps per category for small local models: room for the longest valid answer seen
-# on SmolLM2/Qwen plus a margin. Constrained decoding stops at the closing brace, so a cap only
-# bounds a rambling string; an answer cut off by it does not parse and counts as invalid. The
-# schedule caps are wide because Qwen pretty-prints: a valid 7-item plan took 339 tokens, and a
-# 320 cap turned every one of its plans into a truncated, refused answer.
-ANSWER_TOKENS: Mapping[str, int] = {
-    "importance score": 16,
-    "initial plan generation": 768,
-    "plan decomposition": 768,
-    "future plan revision": 1024,
-    "finding location": 48,
-    "actor reaction": 96,
-    "high-level questions": 160,
-    "high-level insights": 400,
-    "memory summary": 160,
-    "new actor statuses": 48,
-    "agent reaction": 96,
-    "relationship summary": 128,
-    "dialogue utterance": 96,
-    "dialogue summary": 96,
-}

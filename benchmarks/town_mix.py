@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from agent_core import Requirements, Simulation, Template, TownLLM
 from agent_core.llm import cache_config
-from agent_core.templates import ANSWER_TOKENS, SlotValue
+from agent_core.templates import TEMPLATES, SlotValue
 from agent_core.testing import ScriptedLLM
 from llmcache import CachedLLM, SemanticCache
 from llmcache.testing import HashEmbedder
@@ -41,7 +41,7 @@ R = TypeVar("R", bound=BaseModel)
 Prompt = dict[str, Any]
 
 #: Answer length caps per category (constrained decoding stops at the closing brace).
-MAX_TOKENS = ANSWER_TOKENS
+MAX_TOKENS = {t.category: t.max_tokens for t in TEMPLATES}
 
 
 @dataclass(frozen=True)

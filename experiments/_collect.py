@@ -17,12 +17,11 @@ from agent_core import Simulation
 from agent_core.llm import open_town_llm
 from agent_core.persona import load_agents
 from agent_core.sim import RunSummary
-from agent_core.templates import ANSWER_TOKENS
 from llmcache import Embedder, Mode, read_records
 
 from ._data import load_run
 from ._profiles import Profile
-from ._results import CollectResult, RunInfo
+from ._results import CategoryCounts, CollectResult, RunInfo
 
 __all__ = ["collect", "run_paths"]
 
@@ -74,7 +73,6 @@ def collect(
                 record_to=dataset,
                 max_attempts=profile.max_attempts,
                 superior_model=superior_model if profile.escalate else None,
-                answer_tokens=ANSWER_TOKENS,
             )
             try:
                 seeds = load_agents(names=profile.agents) if profile.agents else None
@@ -126,4 +124,14 @@ def _describe(run: int, dataset: Path, summary: RunSummary, llm: dict[str, Any])
         superior_rate=escalated / recorded if recorded else 0.0,
         failed=failed,
         llm=str(llm.get("description", "")),
+        categories={
+            c: CategoryCounts(
+                asked=n,
+                first_try=summary.first_try.get(c, 0),
+                resubmitted=summary.resubmitted.get(c, 0),
+                escalated=summary.escalated.get(c, 0),
+                fell_back=summary.failed.get(c, 0),
+            )
+            for c, n in sorted(summary.calls.items())
+        },
     )

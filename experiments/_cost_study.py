@@ -18,6 +18,7 @@ Two views of the same question -- what does caching save on a held-out run?
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -27,11 +28,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
 
-from agent_core.llm import cache_config
-from agent_core.revise import RevisionRequest, build_revision
-from agent_core.templates import ANSWER_TOKENS, Requirements, template
+from agent_core.llm import cache_config, town_options, town_request
 from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, SemanticCache
-from llmcache._types import canonical_json
 
 from ._cost import (
     LOCAL_EMBEDDER_PRICES,
@@ -47,12 +45,17 @@ from ._retrieval import TableIndex
 __all__ = ["ReplayClient", "cost_study"]
 
 
+def _messages_key(messages: Any) -> str:
+    """The replay's lookup key of a request: its messages as sorted-key JSON."""
+    return json.dumps(messages, sort_keys=True, ensure_ascii=False, default=str)
+
+
 class _Completions:
     def __init__(self, answers: dict[str, Prompt]) -> None:
         self._answers = answers
 
     def create(self, **kwargs: Any) -> ChatCompletion:
-        p = self._answers.get(canonical_json(kwargs["messages"]))
+        p = self._answers.get(_messages_key(kwargs["messages"]))
         if p is None:
             raise KeyError("the replay has no recorded answer for these messages")
         return ChatCompletion(
@@ -88,43 +91,20 @@ class ReplayClient:
     """
 
     def __init__(self, prompts: Sequence[Prompt]) -> None:
-        self.chat = _Chat({canonical_json(p.messages): p for p in prompts})
+        self.chat = _Chat({_messages_key(p.messages): p for p in prompts})
 
 
 def _request(p: Prompt) -> dict[str, Any]:
     """The keyword arguments the town sent for ``p`` (what the table's partition hashes)."""
-    t = template(p.category)
-    return {
-        "model": p.model,
-        "messages": p.messages,
-        "response_format": t.response_format(),
-        "max_tokens": ANSWER_TOKENS[p.category],
-    }
+    return town_request(p.call(), p.model)
 
 
 def _options(p: Prompt) -> CacheOptions:
-    t = template(p.category)
-    req = Requirements.model_validate(p.metadata.get("requirements") or {})
-    return CacheOptions(
-        category=p.category,
-        agent=p.agent,
-        keywords=p.keywords,
-        options=p.options,
-        validator=t.validator(req),
-        metadata=p.metadata,
-    )
+    return town_options(p.call())
 
 
 def _revise_chars(query: Prompt, cached: Prompt) -> int:
-    revise = query.metadata.get("revise") or {}
-    req = RevisionRequest(
-        category=query.category,
-        name=str(revise.get("name", query.agent)),
-        cached_content=cached.response,
-        requirements=Requirements.model_validate(query.metadata.get("requirements") or {}),
-        context={str(k): str(v) for k, v in (revise.get("context") or {}).items()},
-    )
-    messages = build_revision(req) or []
+    messages = query.call().revision(cached.response) or []
     return sum(len(str(m.get("content", ""))) for m in messages)
 
 

@@ -19,9 +19,9 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel
 
+from agent_core.call import TownCall
 from agent_core.templates import GROUPS, template
-from llmcache import CacheOptions, Embedder, EmbedMode, RecordedCall, read_records
-from llmcache._keys import embedding_text
+from llmcache import CacheOptions, Embedder, EmbedMode, RecordedCall, embedding_text, read_records
 
 __all__ = [
     "DIALOGUE_GROUP",
@@ -75,6 +75,10 @@ class Prompt(BaseModel):
     @property
     def prompt_chars(self) -> int:
         return sum(len(str(m.get("content", ""))) for m in self.messages)
+
+    def call(self) -> TownCall:
+        """The town's typed call this prompt was recorded for (what rebuilds its request)."""
+        return TownCall.from_record({"metadata": self.metadata})
 
     def description(self, mode: str) -> str:
         """The text the cache embeds this prompt by, in ``mode`` ("full" or "keyword")."""

@@ -19,11 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from agent_core.llm import category_policy
-from agent_core.templates import ANSWER_TOKENS, Requirements, template
-from llmcache import CacheOptions, Embedder, EmbedMode, Usage
-from llmcache._protocols import ModifyContext
-from llmcache._types import CacheEntry, Candidate, Partition, Similarity
+from agent_core.llm import category_policy, town_options
+from llmcache import (
+    CacheEntry,
+    Candidate,
+    Embedder,
+    EmbedMode,
+    ModifyContext,
+    Partition,
+    Similarity,
+    Usage,
+)
 
 from ._data import MODES, EmbeddingStore, Prompt
 from ._judge import Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
@@ -51,24 +57,19 @@ class Adapter:
 
     def adapt(self, query: Prompt, cached: Prompt, similarity: float, mode: str) -> str:
         """The answer the cache would give ``query`` from ``cached`` (or the cached text)."""
-        t = template(query.category)
-        policy = category_policy(t)
-        modifier = policy.modifier
+        call = query.call()
+        options = town_options(call)
+        # The modifier the live cache would use: the call's own (a revision bound to this
+        # query), else the category's policy (read, choose).
+        modifier = options.modifier or category_policy(call.template).modifier
         if modifier is None or modifier.name == "read":
             return cached.response
         if modifier.name == "revise" and self.revise_calls >= self.revise_budget:
             self.failures[mode] += 1
             return cached.response
-        requirements = Requirements.model_validate(query.metadata.get("requirements") or {})
         ctx = ModifyContext(
             query_messages=query.messages,
-            options=CacheOptions(
-                category=query.category,
-                agent=query.agent,
-                keywords=query.keywords,
-                options=query.options,
-                metadata=query.metadata,
-            ),
+            options=options,
             candidate=Candidate(
                 entry=CacheEntry(
                     partition=Partition(
@@ -98,7 +99,7 @@ class Adapter:
             text = None
         if text is not None:
             try:
-                t.parse(text, requirements)
+                call.parse(text)
                 return text
             except ValueError:
                 pass
@@ -106,15 +107,15 @@ class Adapter:
         return cached.response
 
     def _complete_for(self, query: Prompt) -> Callable[[list[dict[str, Any]]], str]:
-        t = template(query.category)
+        call = query.call()
 
         def complete(messages: list[dict[str, Any]]) -> str:
             self.revise_calls += 1
             r = self.client.chat.completions.create(
                 model=self.model,
                 messages=messages,
-                response_format=t.response_format(),
-                max_tokens=ANSWER_TOKENS.get(query.category, 512),
+                response_format=call.response_format(),
+                max_tokens=call.max_tokens,
             )
             if r.usage is not None:
                 self.usage.prompt_tokens += r.usage.prompt_tokens

@@ -107,13 +107,13 @@ def write_report(
                 "prompts per agent per simulated day",
                 f"{study_per_agent_day:.0f}",
                 f"{ours_pad:.0f}",
-                _why_volume(ours_pad, study_per_agent_day, profile),
+                _why_volume(ours_pad, study_per_agent_day, profile, col),
             ),
             (
                 "prompts that needed resubmission",
                 _pct(STUDY["resubmission_rate"], 2),
                 _pct(resub, 2),
-                "a 135M model breaks the town's rules far more often than GPT-3.5/4"
+                f"{_model(col)} broke the town's rules more often than the study's GPT models"
                 if resub > 2 * STUDY["resubmission_rate"]
                 else "",
             ),
@@ -121,9 +121,7 @@ def write_report(
                 "prompts answered by the superior model",
                 _pct(STUDY["superior_rate"], 2),
                 _pct(sup, 2),
-                "escalation is off in this profile (it costs ~60 s a call)"
-                if not profile.escalate
-                else "",
+                f"escalation is off in the {profile.name} profile" if not profile.escalate else "",
             ),
         ]
         lines += [
@@ -151,7 +149,7 @@ def write_report(
             lines.append(
                 f"| {c} | " + " | ".join(str(r.per_category.get(c, 0)) for r in col.runs) + " |"
             )
-        lines.append("")
+        lines += ["", *_answer_table(col), ""]
 
     # -- similarity ------------------------------------------------------------------------
     if sim is not None:
@@ -401,7 +399,7 @@ def write_report(
     text = "\n".join(lines)
     head, _, rest = text.partition("\n## ")
     body = "\n".join(side) + "\n\n## " + rest if rest else "\n".join(side)
-    report = head.rstrip() + "\n\n" + body.rstrip() + "\n\n" + _caveats(profile) + "\n"
+    report = head.rstrip() + "\n\n" + body.rstrip() + "\n\n" + _caveats(profile, col) + "\n"
     path = out / "report.md"
     path.write_text(report, encoding="utf-8")
     return path
@@ -457,15 +455,56 @@ def _cost_table(title: str, costs: Sequence[ModeCost]) -> str:
     return "\n".join(lines)
 
 
-def _why_volume(ours: float, study: float, profile: Profile) -> str:
+def _model(col: CollectResult) -> str:
+    """What answered the runs, as the collect step recorded it."""
+    names = sorted({r.llm for r in col.runs if r.llm})
+    return " / ".join(names) if names else "our model"
+
+
+def _answer_table(col: CollectResult) -> list[str]:
+    """How every category's calls were answered, over all runs."""
+    totals: dict[str, list[int]] = {}
+    for r in col.runs:
+        for c, n in r.categories.items():
+            t = totals.setdefault(c, [0, 0, 0, 0, 0])
+            for i, v in enumerate((n.asked, n.first_try, n.resubmitted, n.escalated, n.fell_back)):
+                t[i] += v
+    if not totals:
+        return []
+    lines = [
+        f"How the calls were answered ({_model(col)}; all runs, dialogue included):",
+        "",
+        "| category | asked | valid at the first try | resubmitted | escalated | fell back |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c, (asked, first, resub, esc, fell) in sorted(totals.items()):
+        share = _pct(first / asked) if asked else "-"
+        lines.append(f"| {c} | {asked} | {first} ({share}) | {resub} | {esc} | {fell} |")
+    asked = sum(t[0] for t in totals.values())
+    first = sum(t[1] for t in totals.values())
+    fell = sum(t[4] for t in totals.values())
+    lines.append(
+        f"| all | {asked} | {first} ({_pct(first / asked) if asked else '-'}) | "
+        f"{sum(t[2] for t in totals.values())} | {sum(t[3] for t in totals.values())} | "
+        f"{fell} ({_pct(fell / asked) if asked else '-'}) |"
+    )
+    return lines
+
+
+def _why_volume(ours: float, study: float, profile: Profile, col: CollectResult) -> str:
     if abs(ours - study) / study < 0.25:
         return ""
-    return (
-        "our runs cover only the first hours of a day (planning, first observations), and the "
-        "local model's failed plans fall back to a default schedule"
-        if profile.days < 1
-        else "different town and models"
+    if profile.days >= 1:
+        return "different town and models"
+    hours = profile.days * 24
+    fell = sum(r.failed for r in col.runs)
+    why = (
+        f"our runs cover only the first {hours:.0f} simulated hours of a day, when agents plan "
+        "their day and notice their surroundings for the first time"
     )
+    if fell:
+        why += f"; {fell} calls got no valid answer and the town used its defaults instead"
+    return why
 
 
 def _why_full(full: Sequence[float]) -> str:
@@ -514,20 +553,25 @@ def _why_cost(cost: CostResult, col: CollectResult | None) -> str:
     missing = [g for g in ("plan making and revision", "memory reflection") if g not in groups]
     if not missing:
         return ""
-    return (
-        f"no {' or '.join(missing)} prompts in our data (the local model's plans failed "
-        "validation and the town fell back; reflection needs more simulated time): those are "
-        "the long, revise-heavy prompts that cost the study most"
+    why = (
+        f"no {' or '.join(missing)} prompts in our held-out data: those are the long, "
+        "revise-heavy prompts that cost the study most"
     )
+    if col is not None:
+        fell = sum(r.failed for r in col.runs)
+        if fell:
+            why += f" ({fell} calls of the runs fell back to the town's defaults)"
+    return why
 
 
-def _caveats(profile: Profile) -> str:
+def _caveats(profile: Profile, col: CollectResult | None) -> str:
+    model = _model(col) if col is not None else "the configured model"
     return "\n".join(
         [
             "## Caveats",
             "",
             "- The study ran 8 agents for 15 simulated days per run on GPT models; the "
-            f"{profile.name} profile is a scaled-down sample on a 135M-parameter local model, "
+            f"{profile.name} profile is a scaled-down sample on {model}, "
             "so the shapes can be compared, the absolute numbers cannot.",
             "- Saturation points are read off our curves by a fixed rule (90% of the rise), "
             "the study read them off its plots.",

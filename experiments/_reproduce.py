@@ -13,8 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from llmcache import Embedder
-from llmcache._llm_config import LLMConnection, resolve_llm_backend
+from llmcache import Embedder, LLMConnection, resolve_llm_backend
 
 from ._collect import collect, run_paths
 from ._cost_study import cost_study

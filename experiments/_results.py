@@ -33,6 +33,16 @@ __all__ = [
 EmbedName = Literal["full", "keyword"]
 
 
+class CategoryCounts(BaseModel):
+    """How one category's calls of a run were answered."""
+
+    asked: int = 0
+    first_try: int = 0  # valid at the model's first attempt
+    resubmitted: int = 0  # needed more than one attempt
+    escalated: int = 0  # answered (or last tried) by the superior model
+    fell_back: int = 0  # no valid answer at all: the town used its default
+
+
 class RunInfo(BaseModel):
     """One recorded simulation run."""
 
@@ -51,6 +61,7 @@ class RunInfo(BaseModel):
     superior_rate: float
     failed: int  # calls that got no valid answer at all (the town fell back)
     llm: str  # what answered, e.g. "local: smollm2-135m, superior qwen2.5-coder-1.5b"
+    categories: dict[str, CategoryCounts] = Field(default_factory=dict)  # every call
 
 
 class CollectResult(BaseModel):

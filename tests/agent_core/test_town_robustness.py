@@ -137,10 +137,10 @@ class _Recording:
 
 
 def test_answer_caps_are_sent_per_category_and_params_win() -> None:
-    from agent_core.templates import ANSWER_TOKENS, category_of_schema_name
+    from agent_core.templates import category_of_schema_name, template
 
     client = _Recording()
-    llm = open_town_llm(client, model="scripted", answer_tokens=ANSWER_TOKENS)
+    llm = open_town_llm(client, model="scripted")
     try:
         Simulation(llm, embedder=HashEmbedder(), seeds=load_agents(names=["Alice"]), seed=1).run(
             0.1
@@ -149,12 +149,10 @@ def test_answer_caps_are_sent_per_category_and_params_win() -> None:
         llm.close()
     assert len({category_of_schema_name(n) for n, _ in client.sent}) >= 3
     for name, cap in client.sent:
-        assert cap == ANSWER_TOKENS[category_of_schema_name(name)]
+        assert cap == template(category_of_schema_name(name)).max_tokens
 
     fixed = _Recording()
-    llm = open_town_llm(
-        fixed, model="scripted", answer_tokens=ANSWER_TOKENS, params={"max_tokens": 7}
-    )
+    llm = open_town_llm(fixed, model="scripted", params={"max_tokens": 7})
     try:
         Simulation(llm, embedder=HashEmbedder(), seeds=load_agents(names=["Alice"]), seed=1).run(
             0.05

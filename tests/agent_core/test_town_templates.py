@@ -10,7 +10,7 @@ import pytest
 from agent_core import CATEGORIES, GROUPS, TEMPLATES, Requirements, template
 from agent_core.llm import cache_config, category_policy
 from agent_core.revise import REVISION_BUILDERS
-from agent_core.templates import ANSWER_TOKENS, category_of_schema_name
+from agent_core.templates import category_of_schema_name
 from llmcache import Choose, Mode, Read, Revise
 
 EXPECTED = {
@@ -92,7 +92,7 @@ def test_response_format_is_strict_json_schema_named_by_category(t: Any) -> None
     assert json.dumps(fmt, sort_keys=True) == json.dumps(t.response_format(), sort_keys=True)
 
 
-def test_render_is_summary_block_then_body_then_answer_format() -> None:
+def test_render_is_summary_block_then_answer_format_then_body() -> None:
     t = template("finding location")
     messages = t.render(
         "Name: Alice Wilson (age 17, female)",
@@ -102,9 +102,11 @@ def test_render_is_summary_block_then_body_then_answer_format() -> None:
     assert [m["role"] for m in messages] == ["system", "user"]
     assert "Alice Wilson" in messages[0]["content"]
     user = messages[1]["content"]
-    assert user.startswith("Name: Alice Wilson (age 17, female)\n\n")
-    assert 'Options (JSON list): ["Gym", "Library"]' in user
-    assert user.endswith('Answer in JSON format: {"location": "<one of the options>"}')
+    assert user.startswith(
+        "Name: Alice Wilson (age 17, female)\n\n"
+        'Answer in JSON format: {"location": "<one of the options>"}\n\n'
+    )
+    assert user.endswith('Options (JSON list): ["Gym", "Library"]')
     assert t.keywords({"task": "practising basketball", "options": ["Gym", "Library"]}) == [
         "practising basketball",
         "Gym",
@@ -188,5 +190,5 @@ def test_policies_follow_the_declarations() -> None:
 
 
 def test_every_category_has_an_answer_length_cap() -> None:
-    assert set(ANSWER_TOKENS) == set(CATEGORIES)
-    assert all(8 <= n <= 1024 for n in ANSWER_TOKENS.values())
+    assert {t.category for t in TEMPLATES} == set(CATEGORIES)
+    assert all(8 <= t.max_tokens <= 1024 for t in TEMPLATES)

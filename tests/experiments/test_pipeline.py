@@ -130,6 +130,23 @@ def test_the_report_puts_study_and_ours_side_by_side(study_dir: Path) -> None:
         assert needle in text, needle
 
 
+def test_the_report_says_what_the_run_measured_not_canned_claims(study_dir: Path) -> None:
+    text = (study_dir / "report.md").read_text()
+    collect = load_result(CollectResult, study_dir / "collect.json")
+    # The model named is the one that ran; nothing about a model that did not.
+    model = collect.runs[0].llm
+    assert model and f"sample on {model}" in text
+    assert "135M" not in text and "~60 s" not in text
+    # Every category's calls: asked, valid at the first try, resubmitted, escalated, fell back,
+    # with the counts the runs recorded.
+    assert "| category | asked | valid at the first try |" in text
+    for category in collect.runs[0].categories:
+        asked = sum(r.categories[category].asked for r in collect.runs if category in r.categories)
+        assert f"| {category} | {asked} | " in text
+    counts = collect.runs[0].categories
+    assert sum(c.asked for c in counts.values()) == collect.runs[0].prompts_recorded
+
+
 def test_cost_replay_goes_through_cachedllm(study_dir: Path) -> None:
     cost = load_result(CostResult, study_dir / "cost.json")
     for mode in ("full", "keyword"):

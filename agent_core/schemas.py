@@ -1,0 +1,260 @@
+"""The JSON schema of one query: the template's schema narrowed by the query's requirements.
+
+Constrained decoding (llama.cpp grammars, OpenAI structured outputs) makes a model write only what
+the schema allows. The template's own schema says the shape; the query's schema also says what
+differs per query, so that a small model cannot get it wrong:
+
+- places, options: ``enum`` of this query's allowed values;
+- statement numbers an insight cites: an integer range;
+- free text: a length bound, so a rambling model closes its string inside ``max_tokens``;
+- schedules: item counts, and times that are *valid by construction*. The schema language has no
+  "later than the previous item", so the order is carried by the structure instead:
+  - a schedule that must cover its window exactly (a decomposition) is one alternative per way
+    of cutting the window into items on a time grid -- every alternative valid;
+  - any other schedule is one alternative per item count, each item's start and end drawn from
+    its own stretch of the window (item ``i`` starts near the ``i``-th cut and ends near the
+    next one), so items are in order, do not overlap and are long enough.
+
+What a schema still cannot say stays in the template's validator, which checks every answer
+(served ones too). Nothing here imports llmcache.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .clock import hhmm
+from .plans import split_window
+
+if TYPE_CHECKING:
+    from .templates import Requirements
+
+__all__ = [
+    "MAX_ALTERNATIVES",
+    "narrow_choice",
+    "narrow_insights",
+    "narrow_location",
+    "narrow_schedule",
+    "schedule_alternatives",
+    "time_marks",
+]
+
+#: At most this many alternatives in a schedule's ``anyOf``: each one is a branch of the
+#: grammar the server checks every sampled token against.
+MAX_ALTERNATIVES = 64
+
+# Lengths of free text fields: room for a good answer, and an end a small model must reach.
+TEXT_LIMITS = {
+    "activity": 60,
+    "location": 80,
+    "choice": 120,
+    "summary": 500,
+    "status": 80,
+    "insight": 160,
+    "question": 120,
+    "utterance": 240,
+}
+
+
+def time_marks(start: int, end: int, step: int) -> list[int]:
+    """Minutes on multiples of ``step`` inside ``[start, end]``, plus both ends."""
+    first = -(-start // step) * step
+    marks = {start, end, *range(first, end + 1, step)}
+    return sorted(m for m in marks if start <= m <= end)
+
+
+def _limit_text(node: Any, cap: int) -> None:
+    """Give every free string a ``maxLength`` (by its field name, at most ``cap``)."""
+    if isinstance(node, dict):
+        for name, sub in (node.get("properties") or {}).items():
+            if (
+                isinstance(sub, dict)
+                and sub.get("type") == "string"
+                and "enum" not in sub
+                and "const" not in sub
+                and "pattern" not in sub
+                and name in TEXT_LIMITS
+            ):
+                sub["maxLength"] = min(sub.get("maxLength", 10**6), TEXT_LIMITS[name], cap)
+        for value in node.values():
+            _limit_text(value, cap)
+    elif isinstance(node, list):
+        for value in node:
+            _limit_text(value, cap)
+
+
+# Characters a string may take per token of the answer's ``max_tokens`` (English runs about 4
+# characters a token; the rest is room for the JSON around it), so that a string written to its
+# full length still closes inside the cap.
+_CHARS_PER_TOKEN = 3
+
+
+def limit_text(schema: dict[str, Any], max_tokens: int) -> None:
+    cap = max(20, _CHARS_PER_TOKEN * max_tokens - 40)
+    _limit_text(schema, cap)
+    items = schema.get("properties", {}).get("questions", {}).get("items")
+    if isinstance(items, dict):  # a list of plain strings has no field name to go by
+        items.setdefault("maxLength", min(TEXT_LIMITS["question"], cap))
+        items.setdefault("minLength", 1)
+
+
+def narrow_location(schema: dict[str, Any], req: Requirements) -> None:
+    if req.options:
+        schema["properties"]["location"] = {"type": "string", "enum": list(req.options)}
+
+
+def narrow_choice(schema: dict[str, Any], req: Requirements) -> None:
+    if req.options:
+        schema["properties"]["choice"] = {"type": "string", "enum": list(req.options)}
+
+
+def narrow_insights(schema: dict[str, Any], req: Requirements) -> None:
+    if req.statements is None:
+        return
+    evidence = schema["$defs"]["Insight"]["properties"]["evidence"]
+    evidence["items"] = {"type": "integer", "minimum": 1, "maximum": req.statements}
+    evidence["maxItems"] = min(5, req.statements)
+
+
+def _grid(start: int, end: int) -> int:
+    """A time grid fine enough to choose on, coarse enough to keep the grammar small."""
+    span = end - start
+    return 5 if span <= 120 else 15 if span <= 6 * 60 else 30
+
+
+def _item(start: Sequence[int], end: Sequence[int], location: dict[str, Any]) -> dict[str, Any]:
+    def times(values: Sequence[int]) -> dict[str, Any]:
+        texts = [hhmm(v) for v in values]
+        return (
+            {"type": "string", "const": texts[0]}
+            if len(texts) == 1
+            else {
+                "type": "string",
+                "enum": texts,
+            }
+        )
+
+    return {
+        "type": "object",
+        "properties": {
+            "start": times(start),
+            "end": times(end),
+            "activity": {"type": "string", "minLength": 1, "maxLength": TEXT_LIMITS["activity"]},
+            "location": location,
+        },
+        "required": ["start", "end", "activity", "location"],
+        "additionalProperties": False,
+    }
+
+
+def _tuple(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "array", "prefixItems": items, "minItems": len(items), "maxItems": len(items)}
+
+
+def _covering(
+    start: int, end: int, counts: range, min_minutes: int, location: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every way to cut ``[start, end]`` into ``n`` contiguous items on a time grid (the grid
+    coarsens until there are at most MAX_ALTERNATIVES)."""
+    for step in (_grid(start, end), 15, 30, 60, 120):
+        inner = [m for m in time_marks(start, end, step) if start < m < end]
+        alternatives: list[dict[str, Any]] = []
+        for n in counts:
+            for cuts in itertools.combinations(inner, n - 1):
+                bounds = [start, *cuts, end]
+                if all(b - a >= min_minutes for a, b in itertools.pairwise(bounds)):
+                    items = [_item([a], [b], location) for a, b in itertools.pairwise(bounds)]
+                    alternatives.append(_tuple(items))
+        if len(alternatives) <= MAX_ALTERNATIVES:
+            return alternatives
+    return []
+
+
+def _stretched(
+    start: int, end: int, counts: range, min_minutes: int, location: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One alternative per count: item ``i`` starts in the first part of the ``i``-th stretch
+    of the window and ends in its last part, with at least ``min_minutes`` between."""
+    alternatives: list[dict[str, Any]] = []
+    step = _grid(start, end)
+    for n in counts:
+        if n == 0 or n * min_minutes > end - start:
+            continue
+        items = []
+        for a, b in split_window(start, end, n):
+            slack = max(0, (b - a - min_minutes) // 2)
+            starts = [m for m in time_marks(a, b, step) if m <= a + slack]
+            ends = [m for m in time_marks(a, b, step) if m >= b - slack]
+            items.append(_item(starts, ends, location))
+        alternatives.append(_tuple(items))
+    return alternatives
+
+
+def schedule_alternatives(
+    *,
+    window: tuple[int, int],
+    count: tuple[int, int],
+    min_minutes: int,
+    cover: bool,
+    places: Sequence[str] | None,
+) -> list[dict[str, Any]]:
+    """The array schemas a schedule may take (see the module docstring)."""
+    start, end = window
+    location: dict[str, Any] = (
+        {"type": "string", "enum": list(places)}
+        if places
+        else {"type": "string", "minLength": 1, "maxLength": TEXT_LIMITS["location"]}
+    )
+    counts = range(max(count[0], 1), count[1] + 1)
+    if cover:
+        return _covering(start, end, counts, min_minutes, location)
+    return _stretched(start, end, counts, min_minutes, location)
+
+
+def narrow_schedule(
+    schema: dict[str, Any],
+    req: Requirements,
+    *,
+    field: str,
+    count: tuple[int, int],
+    min_minutes: int,
+    cover: bool = False,
+    default_window: tuple[str, str] | None = None,
+) -> None:
+    """Replace the schedule field's schema by this query's alternatives (when the query has a
+    window); places alone narrow every item's location."""
+    window = req.window_minutes()
+    if window is None and default_window is not None:
+        from .templates import Requirements as _Requirements
+
+        window = _Requirements(window=default_window).window_minutes()
+    if window is None:
+        if req.places:
+            item = schema["$defs"]["PlanItem"]["properties"]
+            item["location"] = {"type": "string", "enum": list(req.places)}
+        return
+    alternatives = schedule_alternatives(
+        window=window, count=count, min_minutes=min_minutes, cover=cover, places=req.places
+    )
+    if not alternatives:  # an empty window, or more ways than we enumerate: leave the shape
+        return
+    schema["properties"][field] = (
+        alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+    )
+    if not any("$ref" in str(v) for v in schema["properties"].values()):
+        schema.pop("$defs", None)
+
+
+def narrowed(
+    schema: dict[str, Any], narrow: Any, req: Requirements | None, max_tokens: int
+) -> dict[str, Any]:
+    """A copy of ``schema`` with text limits that fit ``max_tokens``, narrowed by ``narrow``
+    for ``req``."""
+    result = copy.deepcopy(schema)
+    limit_text(result, max_tokens)
+    if narrow is not None and req is not None:
+        narrow(result, req)
+    return result
