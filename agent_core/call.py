@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .revise import RevisionRequest, build_revision
+from .schemas import MAX_ANSWER_TOKENS, worst_case_tokens
 from .templates import Requirements, Template, template
 
 __all__ = ["CALL_KEY", "TownCall"]
@@ -67,7 +68,14 @@ class TownCall(BaseModel):
 
     @property
     def max_tokens(self) -> int:
+        """The template's answer cap (what a request with the template's plain schema gets)."""
         return self.template.max_tokens
+
+    def answer_tokens(self) -> int:
+        """The ``max_tokens`` of a request with this query's schema: the most tokens any answer
+        the schema allows can take, so no answer is cut off before its closing brace."""
+        schema = self.response_format()["json_schema"]["schema"]
+        return min(MAX_ANSWER_TOKENS, worst_case_tokens(schema))
 
     def parse(self, content: str) -> Any:
         """The answer as a validated response; ``ValueError`` if it is not valid for this query."""

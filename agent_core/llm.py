@@ -104,13 +104,16 @@ def category_policy(t: Template[Any]) -> CategoryPolicy:
     return CategoryPolicy(modifier=modifier, validator=t.validator())
 
 
-def town_options(call: TownCall, *, query_schema: bool = True) -> CacheOptions:
+def town_options(
+    call: TownCall, *, query_schema: bool = True, answer_tokens: bool = True
+) -> CacheOptions:
     """The cache options of one town call.
 
     The modifier is bound to this query (a revision knows the query's rules and situation), the
     validator checks this query's requirements, and with ``query_schema`` this query's JSON
-    schema goes out as a per-query constraint: sent with the request (and with a revision),
-    kept out of the table key, so all queries of a template still share their agent's table.
+    schema goes out as a per-query constraint -- with ``answer_tokens``, also that schema's
+    worst-case ``max_tokens`` -- sent with the request (and with a revision), kept out of the
+    table key, so all queries of a template still share their agent's table.
     """
     t = call.template
     modifier: Revise | None = None
@@ -120,6 +123,11 @@ def town_options(call: TownCall, *, query_schema: bool = True) -> CacheOptions:
             return call.revision(ctx.candidate.entry.content)
 
         modifier = Revise(builder=revise)
+    constraints: dict[str, Any] = {}
+    if query_schema:
+        constraints["response_format"] = call.response_format()
+        if answer_tokens:
+            constraints["max_tokens"] = call.answer_tokens()
     return CacheOptions(
         category=call.category,
         agent=call.agent,
@@ -128,21 +136,18 @@ def town_options(call: TownCall, *, query_schema: bool = True) -> CacheOptions:
         modifier=modifier,
         validator=call.validator(),
         metadata=call.record_metadata(),
-        constraints={"response_format": call.response_format()} if query_schema else {},
+        constraints=constraints,
     )
 
 
 def town_request(call: TownCall, model: str, *, query_schema: bool = True) -> dict[str, Any]:
-    """The keyword arguments of ``create`` for a call (what its table's key hashes): the
-    model, the messages, the template's ``max_tokens`` and, without per-query schemas, the
-    template's own schema."""
-    request: dict[str, Any] = {
-        "model": model,
-        "messages": call.messages(),
-        "max_tokens": call.max_tokens,
-    }
+    """The keyword arguments of ``create`` for a call (what its table's key hashes): the model
+    and the messages; without per-query schemas, also the template's own schema and
+    ``max_tokens`` (with them, both are the query's constraints: see :func:`town_options`)."""
+    request: dict[str, Any] = {"model": model, "messages": call.messages()}
     if not query_schema:
         request["response_format"] = call.template.response_format()
+        request["max_tokens"] = call.max_tokens
     return request
 
 
@@ -239,7 +244,10 @@ class TownLLM:
 
     def _send(self, call: TownCall) -> str | None:
         category = call.category
-        options = town_options(call, query_schema=self.query_schemas)
+        # ``params`` (e.g. --max-tokens) replace the query's own answer cap.
+        options = town_options(
+            call, query_schema=self.query_schemas, answer_tokens="max_tokens" not in self.params
+        )
         # ``params`` (e.g. --max-tokens) win over the template's own values.
         request = {**town_request(call, self.model, query_schema=self.query_schemas), **self.params}
         for attempt in range(self.transient_retries + 1):

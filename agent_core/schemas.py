@@ -34,12 +34,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_ALTERNATIVES",
+    "MAX_ANSWER_TOKENS",
+    "TEXT_LIMITS",
     "narrow_choice",
     "narrow_insights",
     "narrow_location",
     "narrow_schedule",
     "schedule_alternatives",
     "time_marks",
+    "worst_case_tokens",
 ]
 
 #: At most this many alternatives in a schedule's ``anyOf``: each one is a branch of the
@@ -51,12 +54,23 @@ TEXT_LIMITS = {
     "activity": 60,
     "location": 80,
     "choice": 120,
-    "summary": 500,
+    "summary": 300,
     "status": 80,
-    "insight": 160,
+    "insight": 120,
     "question": 120,
     "utterance": 240,
 }
+
+#: The most ``max_tokens`` a query's worst case may ask for.
+MAX_ANSWER_TOKENS = 2048
+
+# Worst-case token counts for the parts of an answer: a constrained decoder may spell a string
+# one character per token, and writes punctuation, a key and the whitespace around it per field
+# (counted as characters too: two-space indentation three levels deep and a newline fit), and
+# per array item.
+_FIELD_TOKENS = 14
+_ITEM_TOKENS = 8
+_NUMBER_TOKENS = 4
 
 
 def time_marks(start: int, end: int, step: int) -> list[int]:
@@ -66,8 +80,8 @@ def time_marks(start: int, end: int, step: int) -> list[int]:
     return sorted(m for m in marks if start <= m <= end)
 
 
-def _limit_text(node: Any, cap: int) -> None:
-    """Give every free string a ``maxLength`` (by its field name, at most ``cap``)."""
+def _limit_text(node: Any) -> None:
+    """Give every free string a ``maxLength`` (by its field name)."""
     if isinstance(node, dict):
         for name, sub in (node.get("properties") or {}).items():
             if (
@@ -78,27 +92,60 @@ def _limit_text(node: Any, cap: int) -> None:
                 and "pattern" not in sub
                 and name in TEXT_LIMITS
             ):
-                sub["maxLength"] = min(sub.get("maxLength", 10**6), TEXT_LIMITS[name], cap)
+                sub["maxLength"] = min(sub.get("maxLength", 10**6), TEXT_LIMITS[name])
         for value in node.values():
-            _limit_text(value, cap)
+            _limit_text(value)
     elif isinstance(node, list):
         for value in node:
-            _limit_text(value, cap)
+            _limit_text(value)
 
 
-# Characters a string may take per token of the answer's ``max_tokens`` (English runs about 4
-# characters a token; the rest is room for the JSON around it), so that a string written to its
-# full length still closes inside the cap.
-_CHARS_PER_TOKEN = 3
-
-
-def limit_text(schema: dict[str, Any], max_tokens: int) -> None:
-    cap = max(20, _CHARS_PER_TOKEN * max_tokens - 40)
-    _limit_text(schema, cap)
+def limit_text(schema: dict[str, Any]) -> None:
+    _limit_text(schema)
     items = schema.get("properties", {}).get("questions", {}).get("items")
     if isinstance(items, dict):  # a list of plain strings has no field name to go by
-        items.setdefault("maxLength", min(TEXT_LIMITS["question"], cap))
+        items.setdefault("maxLength", TEXT_LIMITS["question"])
         items.setdefault("minLength", 1)
+
+
+def worst_case_tokens(schema: dict[str, Any], node: Any = None) -> int:
+    """The most tokens any answer the schema allows can take (see ``_FIELD_TOKENS``).
+
+    Sent as the query's ``max_tokens``, it guarantees that an answer is never cut off before its
+    closing brace, however the model fills its strings. ``ValueError`` for a string without a
+    ``maxLength`` or an array without ``maxItems`` (unbounded).
+    """
+    node = schema if node is None else node
+    if "$ref" in node:
+        return worst_case_tokens(schema, schema["$defs"][node["$ref"].rsplit("/", 1)[-1]])
+    if "anyOf" in node:
+        return max(worst_case_tokens(schema, alt) for alt in node["anyOf"])
+    if "const" in node:
+        return len(str(node["const"])) + 2
+    if "enum" in node:
+        return max(len(str(v)) for v in node["enum"]) + 2
+    kind = node.get("type")
+    if kind == "object":
+        return 2 + sum(
+            _FIELD_TOKENS + len(key) + worst_case_tokens(schema, sub)
+            for key, sub in node["properties"].items()
+        )
+    if kind == "array":
+        if "prefixItems" in node:
+            items = [worst_case_tokens(schema, i) + _ITEM_TOKENS for i in node["prefixItems"]]
+            return 2 + sum(items)
+        if "maxItems" not in node:
+            raise ValueError("an array without maxItems has no worst case")
+        return 2 + node["maxItems"] * (worst_case_tokens(schema, node["items"]) + _ITEM_TOKENS)
+    if kind == "string":
+        if "maxLength" not in node:
+            raise ValueError("a string without maxLength has no worst case")
+        return int(node["maxLength"]) + 2
+    if kind in ("integer", "number"):
+        return _NUMBER_TOKENS
+    if kind == "boolean":
+        return 5
+    raise ValueError(f"no worst case for schema node {node}")
 
 
 def narrow_location(schema: dict[str, Any], req: Requirements) -> None:
@@ -248,13 +295,10 @@ def narrow_schedule(
         schema.pop("$defs", None)
 
 
-def narrowed(
-    schema: dict[str, Any], narrow: Any, req: Requirements | None, max_tokens: int
-) -> dict[str, Any]:
-    """A copy of ``schema`` with text limits that fit ``max_tokens``, narrowed by ``narrow``
-    for ``req``."""
+def narrowed(schema: dict[str, Any], narrow: Any, req: Requirements | None) -> dict[str, Any]:
+    """A copy of ``schema`` with text limits, narrowed by ``narrow`` for ``req``."""
     result = copy.deepcopy(schema)
-    limit_text(result, max_tokens)
+    limit_text(result)
     if narrow is not None and req is not None:
         narrow(result, req)
     return result

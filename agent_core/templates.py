@@ -173,10 +173,10 @@ class Template(Generic[R]):
     # Narrows a copy of the template's JSON schema to one query's requirements (agent_core.
     # schemas): what a constrained decoder then lets the model write.
     narrow: Callable[[dict[str, Any], Requirements], None] | None = None
-    # The answer's ``max_tokens``: room for the longest valid answer plus a margin. With the
-    # query's schema the decoder stops at the closing brace; the cap only bounds a model that
-    # rambles inside a string, and an answer cut off by it is invalid. The schedule caps are
-    # wide because Qwen pretty-prints: a valid 7-item plan took 339 tokens.
+    # The answer's ``max_tokens`` when the request carries the template's plain schema: room for
+    # the longest valid answer seen plus a margin (Qwen pretty-prints: a valid 7-item plan took
+    # 339 tokens). A request with the query's own schema is sent that schema's worst case
+    # instead (``TownCall.answer_tokens``), which no answer can outrun.
     max_tokens: int = 256
 
     @property
@@ -249,7 +249,7 @@ class Template(Generic[R]):
         base = strict_schema(self.response)
         if requirements is None:
             return base
-        return narrowed(base, self.narrow, requirements, self.max_tokens)
+        return narrowed(base, self.narrow, requirements)
 
     def response_format(self, requirements: Requirements | None = None) -> dict[str, Any]:
         """The ``response_format`` of a request (of one query, given its ``requirements``);

@@ -2,10 +2,12 @@
 
     python benchmarks/bench_local_llm.py --mix town_mix:town_mix --sequential-only
 
+    python benchmarks/bench_local_llm.py --mix town_mix:town_mix_template_schema --sequential-only
+
 One simulated day of the bundled town (8 agents, seed 1) is run with the scripted double, and
-every prompt an agent sends through ``TownLLM.ask`` is kept, rendered by the template exactly
-as the town renders it (summary block, slots, answer format) with the template's strict JSON
-schema. A pass of the benchmark draws ``agents x questions`` of them, split over the 14
+every call an agent sends through ``TownLLM.send`` is kept and rendered exactly as the town
+renders it, with the query's own JSON schema (``town_mix``) or the template's plain one
+(``town_mix_template_schema``, how the town asked before per-query schemas). A pass of the benchmark draws ``agents x questions`` of them, split over the 14
 categories in the shares that day produced (largest remainder; about 52% importance, 20%
 finding location, 11% new actor statuses, 5% plan decomposition, ...), from the first
 ``agents`` agents, in the order the town asked them. Each pass draws other prompts of the same
@@ -28,14 +30,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from agent_core import Requirements, Simulation, Template, TownLLM
+from agent_core import Simulation, TownCall, TownLLM
 from agent_core.llm import cache_config
-from agent_core.templates import TEMPLATES, SlotValue
+from agent_core.templates import TEMPLATES
 from agent_core.testing import ScriptedLLM
 from llmcache import CachedLLM, SemanticCache
 from llmcache.testing import HashEmbedder
 
-__all__ = ["MAX_TOKENS", "day_shares", "town_mix", "town_prompts"]
+__all__ = ["MAX_TOKENS", "day_shares", "town_mix", "town_mix_template_schema", "town_prompts"]
 
 R = TypeVar("R", bound=BaseModel)
 Prompt = dict[str, Any]
@@ -47,48 +49,27 @@ MAX_TOKENS = {t.category: t.max_tokens for t in TEMPLATES}
 @dataclass(frozen=True)
 class _Asked:
     index: int
-    category: str
-    agent: str
-    messages: list[dict[str, str]]
-    schema: dict[str, Any]
+    call: TownCall
+
+    @property
+    def category(self) -> str:
+        return self.call.category
+
+    @property
+    def agent(self) -> str:
+        return self.call.agent
 
 
 class _Recording(TownLLM):
-    """A TownLLM that keeps every prompt as rendered, then answers it as usual."""
+    """A TownLLM that keeps every call it sends, then answers it as usual."""
 
     def __init__(self, llm: CachedLLM) -> None:
         super().__init__(llm, model="scripted")
         self.asked: list[_Asked] = []
 
-    def ask(
-        self,
-        t: Template[R],
-        *,
-        agent: str,
-        summary_block: str,
-        slots: Mapping[str, SlotValue],
-        requirements: Requirements | None = None,
-        context: Mapping[str, str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> R | None:
-        self.asked.append(
-            _Asked(
-                index=len(self.asked),
-                category=t.category,
-                agent=agent,
-                messages=t.render(summary_block, agent, slots),
-                schema=t.json_schema(),
-            )
-        )
-        return super().ask(
-            t,
-            agent=agent,
-            summary_block=summary_block,
-            slots=slots,
-            requirements=requirements,
-            context=context,
-            metadata=metadata,
-        )
+    def send(self, call: TownCall) -> Any:
+        self.asked.append(_Asked(index=len(self.asked), call=call))
+        return super().send(call)
 
 
 @functools.cache
@@ -125,18 +106,31 @@ def _allocate(shares: Mapping[str, float], n: int) -> dict[str, int]:
     return {c: k for c, k in counts.items() if k}
 
 
-def _prompt(a: _Asked) -> Prompt:
+def _prompt(a: _Asked, *, query_schema: bool = True) -> Prompt:
+    call = a.call
+    fmt = call.response_format() if query_schema else call.template.response_format()
     return {
-        "category": a.category,
-        "agent": a.agent,
-        "messages": a.messages,
-        "schema": a.schema,
-        "max_tokens": MAX_TOKENS[a.category],
+        "category": call.category,
+        "agent": call.agent,
+        "messages": call.messages(),
+        "schema": fmt["json_schema"]["schema"],
+        "max_tokens": call.max_tokens,
     }
 
 
 def town_mix(pass_index: int, agents: int, questions: int) -> list[Prompt]:
-    """``agents x questions`` town prompts in the town's category shares (``--mix`` hook)."""
+    """``agents x questions`` town prompts in the town's category shares (``--mix`` hook), each
+    with its query's own JSON schema, as the town sends them."""
+    return _mix(pass_index, agents, questions, query_schema=True)
+
+
+def town_mix_template_schema(pass_index: int, agents: int, questions: int) -> list[Prompt]:
+    """The same prompts with the template's plain schema (how the town asked before per-query
+    schemas): ``--mix town_mix:town_mix_template_schema`` measures the difference."""
+    return _mix(pass_index, agents, questions, query_schema=False)
+
+
+def _mix(pass_index: int, agents: int, questions: int, *, query_schema: bool) -> list[Prompt]:
     asked, names = _recorded_day(1, 1.0)
     wanted = set(names[: max(1, agents)])
     chosen: list[_Asked] = []
@@ -146,7 +140,7 @@ def town_mix(pass_index: int, agents: int, questions: int) -> list[Prompt]:
         # One fixed shuffle per category; pass p takes the next k of it, so passes differ.
         order = random.Random(f"town-mix:{category}").sample(pool, len(pool))
         chosen += [order[(pass_index * k + i) % len(order)] for i in range(min(k, len(pool)))]
-    return [_prompt(a) for a in sorted(chosen, key=lambda a: a.index)]
+    return [_prompt(a, query_schema=query_schema) for a in sorted(chosen, key=lambda a: a.index)]
 
 
 if __name__ == "__main__":

@@ -233,8 +233,11 @@ def test_each_category_gets_a_validated_answer(
     a.prompt.parse(call.response)
     assert call.messages == a.prompt.messages()
     # The request carried this query's own schema, outside the table key.
-    assert call.constraints == {"response_format": a.prompt.response_format()}
-    assert "response_format" not in call.params
+    assert call.constraints == {
+        "response_format": a.prompt.response_format(),
+        "max_tokens": a.prompt.answer_tokens(),
+    }
+    assert "response_format" not in call.params and "max_tokens" not in call.params
 
     # How it was made: the cache's CallInfo, as recorded.
     assert 1 <= call.attempts <= MAX_ATTEMPTS + ESCALATION_ATTEMPTS

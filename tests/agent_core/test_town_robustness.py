@@ -129,14 +129,17 @@ class _Recording:
         self.chat = self
         self.completions = self
         self.sent: list[tuple[str, Any]] = []
+        self.schemas: list[dict[str, Any]] = []
 
     def create(self, **kwargs: Any) -> Any:
         name = kwargs["response_format"]["json_schema"]["name"]
         self.sent.append((name, kwargs.get("max_tokens")))
+        self.schemas.append(kwargs["response_format"]["json_schema"]["schema"])
         return self.town.chat.completions.create(**kwargs)
 
 
-def test_answer_caps_are_sent_per_category_and_params_win() -> None:
+def test_answer_caps_are_sent_per_query_and_params_win() -> None:
+    from agent_core.schemas import worst_case_tokens
     from agent_core.templates import category_of_schema_name, template
 
     client = _Recording()
@@ -148,7 +151,20 @@ def test_answer_caps_are_sent_per_category_and_params_win() -> None:
     finally:
         llm.close()
     assert len({category_of_schema_name(n) for n, _ in client.sent}) >= 3
-    for name, cap in client.sent:
+    # With per-query schemas (the default), each request's cap is its own schema's worst case.
+    for (name, cap), schema in zip(client.sent, client.schemas, strict=True):
+        assert cap == min(2048, worst_case_tokens(schema)), name
+
+    plain = _Recording()
+    llm = open_town_llm(plain, model="scripted", query_schemas=False)
+    try:
+        Simulation(llm, embedder=HashEmbedder(), seeds=load_agents(names=["Alice"]), seed=1).run(
+            0.05
+        )
+    finally:
+        llm.close()
+    assert plain.sent
+    for name, cap in plain.sent:
         assert cap == template(category_of_schema_name(name)).max_tokens
 
     fixed = _Recording()

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agent_core import Requirements, template
-from agent_core.schemas import MAX_ALTERNATIVES, TEXT_LIMITS, time_marks
+from agent_core import Requirements, TownCall, template
+from agent_core.schemas import MAX_ALTERNATIVES, MAX_ANSWER_TOKENS, time_marks, worst_case_tokens
 
 PLACES = ["Hobbs Cafe", "Johnson Park", "Oak Hill College: Library", "Lin Family House: Kitchen"]
 
@@ -105,14 +105,32 @@ def test_options_and_statements_become_enums_and_ranges() -> None:
     assert evidence["items"] == {"type": "integer", "minimum": 1, "maximum": 4}
 
 
-def test_free_text_closes_inside_the_answer_cap() -> None:
-    for category in ["memory summary", "dialogue summary", "new actor statuses", "actor reaction"]:
-        t = template(category)
-        schema = t.json_schema(Requirements())
-        for name, field in schema["properties"].items():
-            if field.get("type") == "string" and "enum" not in field:
-                assert field["maxLength"] <= TEXT_LIMITS[name]
-                assert field["maxLength"] <= 3 * t.max_tokens  # room for the JSON around it
+@pytest.mark.parametrize(("category", "req"), QUERIES)
+def test_no_answer_the_schema_allows_outruns_the_querys_max_tokens(
+    category: str, req: Requirements
+) -> None:
+    # The query's max_tokens is its schema's worst case (one token per character of every
+    # string, plus the JSON around them), so a decoder always reaches the closing brace. Checked
+    # here in characters, which bound tokens from above: whatever the sampler writes, however
+    # indented, fits.
+    t = template(category)
+    schema = t.json_schema(req)
+    bound = worst_case_tokens(schema)
+    rng = random.Random(category)
+    for _ in range(200):
+        answer = sample(schema, rng, schema)
+        assert len(json.dumps(answer, indent=2)) <= bound
+    call = TownCall(
+        category=category, agent="Alice", summary_block="Name: Alice", slots={}, requirements=req
+    )
+    assert call.answer_tokens() == min(bound, MAX_ANSWER_TOKENS)
+
+
+def test_unbounded_schemas_have_no_worst_case() -> None:
+    with pytest.raises(ValueError, match="maxLength"):
+        worst_case_tokens({"type": "string"})
+    with pytest.raises(ValueError, match="maxItems"):
+        worst_case_tokens({"type": "array", "items": {"type": "integer"}})
 
 
 def test_time_marks_include_both_ends() -> None:
