@@ -136,7 +136,8 @@ def worst_case_tokens(schema: dict[str, Any], node: Any = None) -> int:
             return 2 + sum(items)
         if "maxItems" not in node:
             raise ValueError("an array without maxItems has no worst case")
-        return 2 + node["maxItems"] * (worst_case_tokens(schema, node["items"]) + _ITEM_TOKENS)
+        items_max = int(node["maxItems"])
+        return 2 + items_max * (worst_case_tokens(schema, node["items"]) + _ITEM_TOKENS)
     if kind == "string":
         if "maxLength" not in node:
             raise ValueError("a string without maxLength has no worst case")

@@ -7,10 +7,11 @@
 One simulated day of the bundled town (8 agents, seed 1) is run with the scripted double, and
 every call an agent sends through ``TownLLM.send`` is kept and rendered exactly as the town
 renders it, with the query's own JSON schema (``town_mix``) or the template's plain one
-(``town_mix_template_schema``, how the town asked before per-query schemas). A pass of the benchmark draws ``agents x questions`` of them, split over the 14
-categories in the shares that day produced (largest remainder; about 52% importance, 20%
-finding location, 11% new actor statuses, 5% plan decomposition, ...), from the first
-``agents`` agents, in the order the town asked them. Each pass draws other prompts of the same
+(``town_mix_template_schema``, how the town asked before per-query schemas). A pass of the
+benchmark draws ``agents x questions`` of them, split over the 14 categories in the shares
+that day produced (largest remainder; about 52% importance, 20% finding location, 11% new actor
+statuses, 5% plan decomposition, ...), from the first ``agents`` agents, in the order the town
+asked them. Each pass draws other prompts of the same
 agents, so a warm pass reuses agent prefixes, not whole prompts.
 
 Rare categories (initial plans, reflection, dialogue: under 1% each) only appear in a pass of
