@@ -134,6 +134,7 @@ def _run(args: argparse.Namespace) -> int:
             superior_model=superior,
             embed=EmbedMode(args.embed),
             params=params,
+            query_schemas=not args.template_schemas,
         )
         stack.callback(llm.close)
         sim = Simulation(
@@ -185,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--temperature", type=float)
     run.add_argument("--max-tokens", type=int, help="answer length cap sent with every request")
     run.add_argument("--max-attempts", type=int, default=20)
+    run.add_argument(
+        "--template-schemas",
+        action="store_true",
+        help="send each template's plain JSON schema instead of the query's own (for a "
+        "provider that refuses anyOf/prefixItems, or to compare)",
+    )
     run.add_argument("--cache-dir", help="llmcache directory (default: a temporary one)")
     run.add_argument("--cache-mode", default="off", choices=[m.value for m in Mode])
     run.add_argument("--threshold", type=float, help="cosine threshold of online mode")

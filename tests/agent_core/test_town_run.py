@@ -126,6 +126,20 @@ def test_command_line_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert summary.total_calls == len(calls)
     with pytest.raises(SystemExit):
         main(args)  # never overwrite a dataset by accident
+    # Every call carried its query's own schema and answer cap, outside the table key; the
+    # summary table says how each category was answered.
+    assert all(set(r.constraints) == {"response_format", "max_tokens"} for r in calls)
+    assert all("response_format" not in r.params for r in calls)
+    assert "first try" in printed and "fell back" in printed
+    assert (
+        sum(summary.first_try.values()) + sum(summary.resubmitted.values()) == summary.total_calls
+    )
+
+    plain = tmp_path / "runs" / "plain.jsonl"
+    assert main([*args[:6], str(plain), *args[7:], "--template-schemas"]) == 0
+    plain_calls = read_records(plain)
+    assert plain_calls and all(r.constraints == {} for r in plain_calls)
+    assert all("response_format" in r.params and "max_tokens" in r.params for r in plain_calls)
 
 
 def test_command_line_lists_templates(capsys: pytest.CaptureFixture[str]) -> None:
