@@ -42,6 +42,7 @@ from ._protocols import (
 )
 from ._recorder import RecordedCall, Recorder, read_records
 from ._store import DiskStore
+from ._template import FilledPrompt, PromptTemplate
 from ._transfer import transfer
 from ._types import (
     CacheEntry,
@@ -79,6 +80,7 @@ __all__ = [
     "EmbedderMismatchError",
     "EntryStore",
     "ExactIndex",
+    "FilledPrompt",
     "HnswIndex",
     "InvalidResponseError",
     "LLMBackend",
@@ -99,6 +101,7 @@ __all__ = [
     "PgBackend",
     "Price",
     "PriceTable",
+    "PromptTemplate",
     "Read",
     "RecordedCall",
     "Recorder",

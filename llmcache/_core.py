@@ -5,8 +5,11 @@
       miss: LLM call → validate (retry, escalate) → store → ChatCompletion as the server sent it
     → ledger (+ recorder)
 
-The LLM is reached only through ``call(kwargs) -> ChatCompletion``, so the same code serves the
-sync client, the async client (which hops back to its event loop) and tests.
+The LLM is reached only through ``call(kwargs) -> response``, so the same code serves the
+sync client, the async client (which hops back to its event loop) and tests. What a request and a
+response look like is a :class:`Shape`'s business: the default one is ``chat.completions.create``;
+``chat.completions.parse`` and ``responses.create`` bring their own (``_shapes.py``), so every
+endpoint shares one core, its tables, modes, modifiers, ledger and recorder.
 
 Once the LLM has answered, nothing the cache does can lose that answer: a failure to store it or
 to record it is logged and counted (``store_failed`` / ``record_failed``), never raised. An
@@ -38,11 +41,11 @@ from ._tokens import count_message_tokens, count_tokens
 from ._types import CacheEntry, CacheOptions, CallInfo, Candidate, Mode, Partition, Usage
 from ._validation import CheckFn, as_validator, check
 
-__all__ = ["CallFn", "run_cached_call"]
+__all__ = ["CHAT", "CallFn", "Shape", "StreamedCall", "run_cached_call", "start_streamed_call"]
 
 logger = logging.getLogger("llmcache")
 
-CallFn = Callable[[dict[str, Any]], ChatCompletion]
+CallFn = Callable[[dict[str, Any]], Any]
 
 # How many times a revision prompt may be resubmitted before the hit is given up as a miss.
 _REVISE_ATTEMPTS = 3
@@ -99,7 +102,7 @@ def _ignore_invalid(attempt: int, model: str, content: str | None, usage: Usage,
 class _Attempts:
     """The result of sending one request until it validates."""
 
-    completion: ChatCompletion
+    completion: Any  # the endpoint's response (a ChatCompletion for chat.completions)
     content: str  # "" for an answer made only of tool calls
     attempts: int
     escalated: bool
@@ -117,6 +120,7 @@ def _send_validated(
     max_attempts: int,
     escalate: bool,
     on_invalid: InvalidFn = _ignore_invalid,
+    shape: Shape | None = None,
 ) -> _Attempts:
     """Send until the answer validates: ``max_attempts`` on the requested model, then the
     superior model. Invalid answers are returned for the record, never stored."""
@@ -125,20 +129,21 @@ def _send_validated(
     superior = config.superior_model
     if escalate and superior and superior != kwargs.get("model"):
         plan += [{**kwargs, "model": superior}] * config.escalation_attempts
+    shape = shape or CHAT
     usage = Usage()
     cost = 0.0
     last_reason = ""
     last_content: str | None = None
     for n, request in enumerate(plan, start=1):
         completion = call(request)
-        u = _usage(completion, request.get("messages", []))
+        u = shape.usage(completion, shape.messages(request))
         usage = usage + u
         model = str(request.get("model", ""))
         cost += cache.prices.cost(model, u)
-        content = _content(completion)
+        content = shape.content(completion)
         # Tool calls are the answer: the validator reads text, which such an answer need not
         # have, and resubmitting a valid answer would only pay for it again.
-        reason = None if _has_tool_calls(completion) else check(validate, content)
+        reason = None if shape.has_tool_calls(completion) else check(validate, content)
         if reason is None:
             return _Attempts(
                 completion=completion,
@@ -229,6 +234,71 @@ def _messages(kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
         raise ConfigurationError("messages must be a list of message mappings") from exc
 
 
+class Shape:
+    """What the core needs to know about one endpoint: how its request names the prompt and the
+    table, and how its response carries the answer, its usage, and is stored and rebuilt.
+
+    This base class is ``chat.completions.create``; ``_shapes.py`` holds the others. Every method
+    reads defensively: the openai SDK builds responses without validating them.
+    """
+
+    name = "chat.completions"
+
+    def key_params(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The request as the table key (and the recorder's ``params``) sees it."""
+        return kwargs
+
+    def messages(self, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The prompt as chat messages: embedded in full mode, counted, recorded."""
+        return _messages(kwargs)
+
+    def validator(self, validate: CheckFn) -> CheckFn:
+        """The check every answer (a miss's or a served one) must pass."""
+        return validate
+
+    def content(self, response: Any) -> str | None:
+        return _content(response)
+
+    def has_tool_calls(self, response: Any) -> bool:
+        return _has_tool_calls(response)
+
+    def usage(self, response: Any, messages: Any) -> Usage:
+        return _usage(response, messages)
+
+    def dump(self, response: Any) -> dict[str, Any]:
+        """The response as stored JSON: what the server sent, without the SDK's parsed objects
+        (those are rebuilt from the text on a hit, with the caller's own classes)."""
+        # warnings=False: a malformed server answer warns on every odd field; it is refused
+        # by answer_problem instead.
+        data: dict[str, Any] = response.model_dump(mode="json", warnings=False)
+        for choice in data.get("choices") or []:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if isinstance(message, dict):
+                message.pop("parsed", None)
+                for call in message.get("tool_calls") or []:
+                    if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                        call["function"].pop("parsed_arguments", None)
+        return data
+
+    def rebuild(self, entry: CacheEntry, content: str | None, usage: Usage) -> Any:
+        return _rebuild(entry, content, usage)
+
+    def is_tool_call_entry(self, entry: CacheEntry) -> bool:
+        return _is_tool_call_entry(entry)
+
+    def answer_problem(self, entry: CacheEntry) -> str | None:
+        return _answer_problem(entry)
+
+    def revision_request(
+        self, request: Mapping[str, Any], messages: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The request that sends a modifier's prompt instead of the query's."""
+        return {**request, "messages": messages}
+
+
+CHAT = Shape()
+
+
 class _Call:
     """The state of one cached call (kept in one object so the steps stay short)."""
 
@@ -239,18 +309,20 @@ class _Call:
         options: CacheOptions,
         call: CallFn,
         recorder: Recorder | None,
+        shape: Shape = CHAT,
     ) -> None:
         self.cache = cache
         self.kwargs = kwargs
         self.options = options
         self.call = call
         self.recorder = recorder
+        self.shape = shape
         self.started = time.perf_counter()
         self.policy: ResolvedPolicy = cache.config.resolve(options)
-        self.validate = as_validator(self.policy.validator)
+        self.validate = shape.validator(as_validator(self.policy.validator))
         # The table is keyed by the caller's keyword arguments alone; what goes out is those
         # plus this query's own constraints (see CacheOptions.constraints).
-        self.partition: Partition = partition_for(options, kwargs)
+        self.partition: Partition = partition_for(options, shape.key_params(kwargs))
         clash = sorted(set(options.constraints) & set(kwargs))
         if clash:
             raise ConfigurationError(
@@ -259,7 +331,7 @@ class _Call:
                 "sent with the request but kept out of the table key; a keyword argument is both)"
             )
         self.request: dict[str, Any] = {**kwargs, **options.constraints}
-        self.messages: list[dict[str, Any]] = _messages(kwargs)
+        self.messages: list[dict[str, Any]] = shape.messages(kwargs)
         self.model = str(kwargs.get("model", ""))
         self.info = CallInfo(
             outcome="bypass",
@@ -275,7 +347,7 @@ class _Call:
 
     # -- steps -------------------------------------------------------------------------------
 
-    def run(self) -> tuple[ChatCompletion, CallInfo]:
+    def run(self) -> tuple[Any, CallInfo]:
         mode = self.policy.mode
         if mode is Mode.OFF or self.policy.bypass:
             return self._finish(self._miss("bypass", store=False))
@@ -297,10 +369,71 @@ class _Call:
                     return self._finish(served)
             return self._finish(self._miss("miss", store=True, vector=vector, text=text))
 
-    def _look_up(self, vector: Any, mode: Mode) -> ChatCompletion | None:
+    def open_stream(self) -> Any:
+        """The first half of a streamed call (``stream=True``): the served answer on a hit
+        (finished and accounted), else ``None``, after which the caller streams
+        ``self.request`` and hands the response it assembled to :meth:`close_stream`.
+
+        A streamed miss makes one attempt, without retry, escalation or single-flight: its
+        chunks reach the caller as they arrive, so an answer cannot be taken back once it has
+        begun, and no lock may be held for as long as a caller takes to read a stream.
+        """
+        mode = self.policy.mode
+        if mode is Mode.OFF or self.policy.bypass:
+            self._pending: tuple[str, Any, str | None] = ("bypass", None, None)
+            return None
+        text = embedding_text(self.policy.embed, self.options, self.messages)
+        self.info.embed_text = text
+        vector = self.cache.embed(text)
+        self._count_embedding(text)
+        if mode is not Mode.COLLECT:
+            served = self._look_up(vector, mode)
+            if served is not None:
+                return self._finish(served)[0]
+        self._pending = ("collect" if mode is Mode.COLLECT else "miss", vector, text)
+        return None
+
+    def close_stream(self, response: Any, *, complete: bool) -> CallInfo:
+        """The second half of a streamed miss: store the assembled ``response`` when the stream
+        completed and the answer validates, then account and record the call."""
+        outcome, vector, text = self._pending
+        self.info.outcome = outcome  # type: ignore[assignment]
+        self.info.attempts = 1
+        # An abandoned stream was still paid for: its prompt, and what arrived of the answer.
+        u = self.shape.usage(response, self.messages)
+        cost = self.cache.prices.cost(self.model, u)
+        self.info.usage = self.info.usage + u
+        self.info.cost_usd += cost
+        content = self.shape.content(response)
+        if not complete:
+            reason: str | None = "the stream did not complete"
+        elif self.shape.has_tool_calls(response):
+            reason = None
+        else:
+            reason = check(self.validate, content)
+            if reason is not None:
+                self._record_invalid(1, self.model, content, u, reason)
+        if reason is not None:
+            logger.info("streamed answer not stored: %s", reason[:200])
+        elif vector is not None and text is not None:
+            attempt = _Attempts(
+                completion=response,
+                content=content or "",
+                attempts=1,
+                escalated=False,
+                usage=u,
+                final_usage=u,
+                cost=cost,
+            )
+            self._store(attempt, vector, text)
+        return self._finish(response)[1]
+
+    def _look_up(self, vector: Any, mode: Mode) -> Any:
         """The hit for this call, if the table has one that is close enough and usable."""
         try:
-            candidates, corrupt = self.cache.lookup(self.partition, vector, check=_answer_problem)
+            candidates, corrupt = self.cache.lookup(
+                self.partition, vector, check=self.shape.answer_problem
+            )
         except StoreError:
             # The cache cannot be read (a failing disk, a lost database): answer without it.
             logger.warning("cache lookup failed; calling the LLM instead", exc_info=True)
@@ -325,16 +458,16 @@ class _Call:
             name = model_id.split(":", 1)[1].split("@", 1)[0]
             self.embed_usd = self.cache.prices.cost(name, Usage(prompt_tokens=tokens))
 
-    def _serve(self, candidate: Candidate) -> ChatCompletion | None:
+    def _serve(self, candidate: Candidate) -> Any:
         modifier = self.policy.modifier if self.policy.modifier is not None else Read()
-        if _is_tool_call_entry(candidate.entry):
+        if self.shape.is_tool_call_entry(candidate.entry):
             return self._serve_tool_calls(candidate, modifier)
         spent = Usage()
         cost = 0.0
 
         def complete(messages: list[dict[str, Any]]) -> str:
             nonlocal spent, cost
-            request = {**self.request, "messages": messages}
+            request = self.shape.revision_request(self.request, messages)
             result = _send_validated(
                 self.cache,
                 request,
@@ -343,6 +476,7 @@ class _Call:
                 max_attempts=_REVISE_ATTEMPTS,
                 escalate=False,
                 on_invalid=self._record_invalid,
+                shape=self.shape,
             )
             spent = spent + result.usage
             cost += result.cost
@@ -377,9 +511,12 @@ class _Call:
             )
             return None
         assert content is not None
-        entry = candidate.entry
+        self._mark_hit(candidate.entry, name)
+        return self.shape.rebuild(candidate.entry, content, spent)
+
+    def _mark_hit(self, entry: CacheEntry, modifier: str) -> None:
         self.info.outcome = "hit"
-        self.info.modifier = name
+        self.info.modifier = modifier
         self.info.entry_id = entry.id
         # What the hit saved: the query's prompt plus an answer as long as the cached one.
         prompt_tokens, _ = count_message_tokens(self.messages)
@@ -389,27 +526,16 @@ class _Call:
         self.tokens_avoided = avoided.total_tokens
         self.info.avoided_usd = self.cache.prices.cost(self.model, avoided)
         self.info.attempts = 0
-        return _rebuild(entry, content, spent)
 
-    def _serve_tool_calls(self, candidate: Candidate, modifier: Any) -> ChatCompletion | None:
+    def _serve_tool_calls(self, candidate: Candidate, modifier: Any) -> Any:
         """A stored tool-call answer, served as it was given; only ``read`` may serve one,
         because the other modifiers rewrite text and a tool call has none to rewrite."""
         name = modifier_name(modifier)
         if name != "read":
             logger.info("not serving a cached tool-call answer through the %r modifier", name)
             return None
-        entry = candidate.entry
-        self.info.outcome = "hit"
-        self.info.modifier = name
-        self.info.entry_id = entry.id
-        prompt_tokens, _ = count_message_tokens(self.messages)
-        avoided = Usage(
-            prompt_tokens=prompt_tokens, completion_tokens=entry.usage.completion_tokens
-        )
-        self.tokens_avoided = avoided.total_tokens
-        self.info.avoided_usd = self.cache.prices.cost(self.model, avoided)
-        self.info.attempts = 0
-        return _rebuild(entry, None, Usage())
+        self._mark_hit(candidate.entry, name)
+        return self.shape.rebuild(candidate.entry, None, Usage())
 
     def _miss(
         self,
@@ -418,7 +544,7 @@ class _Call:
         store: bool,
         vector: Any = None,
         text: str | None = None,
-    ) -> ChatCompletion:
+    ) -> Any:
         self.info.outcome = outcome  # type: ignore[assignment]
         try:
             result = _send_validated(
@@ -429,6 +555,7 @@ class _Call:
                 max_attempts=self.cache.config.max_attempts,
                 escalate=True,
                 on_invalid=self._record_invalid,
+                shape=self.shape,
             )
         except InvalidResponseError as exc:
             self.info.attempts = exc.attempts
@@ -459,15 +586,12 @@ class _Call:
                 options=self.options.options,
                 messages=self.messages,
                 content=result.content,
-                # warnings=False: a malformed server answer warns on every odd field; it is
-                # refused just below instead.
-                completion=result.completion.model_dump(
-                    mode="json", exclude_unset=False, warnings=False
-                ),
+                # A malformed server answer is refused just below.
+                completion=self.shape.dump(result.completion),
                 usage=result.final_usage,
                 metadata=self.options.metadata,
             )
-            problem = _answer_problem(entry)
+            problem = self.shape.answer_problem(entry)
             if problem is not None:
                 # Only answers a hit can give back are stored (the text may be valid while
                 # the server's envelope around it is not).
@@ -507,7 +631,7 @@ class _Call:
         if not written:
             self.info.record_failed = True
 
-    def _finish(self, completion: ChatCompletion) -> tuple[ChatCompletion, CallInfo]:
+    def _finish(self, completion: Any) -> tuple[Any, CallInfo]:
         self._settle()
         u = self.info.usage
         self._record(
@@ -519,9 +643,9 @@ class _Call:
                 embed_text=self.info.embed_text,
                 messages=self.messages,
                 model=self.model,
-                params=_jsonable_params(self.kwargs),
+                params=_jsonable_params(self.shape.key_params(self.kwargs)),
                 constraints=_jsonable(self.options.constraints),
-                response=_content(completion),
+                response=self.shape.content(completion),
                 prompt_tokens=u.prompt_tokens,
                 completion_tokens=u.completion_tokens,
                 usage_source=u.source,
@@ -556,7 +680,7 @@ class _Call:
                 options=list(self.options.options) if self.options.options else None,
                 messages=self.messages,
                 model=model,
-                params=_jsonable_params(self.kwargs),
+                params=_jsonable_params(self.shape.key_params(self.kwargs)),
                 constraints=_jsonable(self.options.constraints),
                 response=content,
                 prompt_tokens=usage.prompt_tokens,
@@ -588,12 +712,46 @@ def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
         }
 
 
+class StreamedCall:
+    """A cached call whose answer streams (``stream=True``), in two halves around the stream.
+
+    ``served`` is the hit's response (the call is then finished and accounted) or ``None``:
+    then the caller streams ``request`` itself, passing every chunk on untouched, and calls
+    :meth:`finish` once with the response assembled from them (``complete=False`` when the
+    stream broke off or was closed early: such an answer is never stored).
+    """
+
+    def __init__(self, call: _Call) -> None:
+        self._call = call
+        self.request: dict[str, Any] = call.request
+        self.served: Any = call.open_stream()
+        self.info: CallInfo = call.info
+
+    def finish(self, response: Any, *, complete: bool) -> CallInfo:
+        return self._call.close_stream(response, complete=complete)
+
+
+def start_streamed_call(
+    cache: SemanticCache,
+    kwargs: dict[str, Any],
+    options: CacheOptions,
+    call: CallFn,
+    recorder: Recorder | None = None,
+    shape: Shape = CHAT,
+) -> StreamedCall:
+    """Look a streamed request up; see :class:`StreamedCall`. ``call`` serves modifiers that
+    ask the LLM (``revise``) and must return a whole response, not a stream."""
+    return StreamedCall(_Call(cache, kwargs, options, call, recorder, shape))
+
+
 def run_cached_call(
     cache: SemanticCache,
     kwargs: dict[str, Any],
     options: CacheOptions,
     call: CallFn,
     recorder: Recorder | None = None,
-) -> tuple[ChatCompletion, CallInfo]:
-    """Answer one ``chat.completions.create`` request through the cache."""
-    return _Call(cache, kwargs, options, call, recorder).run()
+    shape: Shape = CHAT,
+) -> tuple[Any, CallInfo]:
+    """Answer one request through the cache: ``chat.completions.create`` unless ``shape``
+    says which other endpoint (the response is then that endpoint's type)."""
+    return _Call(cache, kwargs, options, call, recorder, shape).run()

@@ -112,7 +112,8 @@ def test_hit_is_a_real_chat_completion_and_info_says_how(tmp_path: Path) -> None
     assert r2.usage is not None and r2.usage.total_tokens == 0  # nothing was spent
 
 
-def test_stream_and_n_bypass_the_cache(tmp_path: Path) -> None:
+def test_n_above_one_bypasses_the_cache(tmp_path: Path) -> None:
+    # (stream=True is cached: tests/test_stream.py)
     client, fake = make(tmp_path)
     client.chat.completions.create(model="m", messages=MSGS, n=2, cache=opts())
     client.chat.completions.create(model="m", messages=MSGS, n=2, cache=opts())

@@ -1,0 +1,315 @@
+"""The endpoints besides ``chat.completions.create``, as :class:`~llmcache._core.Shape`\\ s.
+
+- ``chat.completions.parse``: the request is ``create``'s with a Python type as
+  ``response_format``; the table is keyed by that type's JSON schema (what the SDK sends), never
+  by its Python identity, and the type validates every answer. A hit is turned into a
+  ``ParsedChatCompletion`` by the SDK's own ``parse_chat_completion``.
+- ``responses.create`` / ``responses.parse``: the prompt is ``instructions`` plus ``input`` (a
+  text or a list of items); the answer is the ``output_text`` of the response's message. A hit is
+  a real ``Response`` (``ParsedResponse`` through the SDK's ``parse_response`` for ``parse``).
+
+Requests that depend on state only the server holds are not cached at all: see
+:func:`responses_bypass_reason`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from openai import omit as _OMIT
+from openai.lib._parsing import (
+    parse_chat_completion,
+    type_to_response_format_param,
+    validate_input_tools,
+)
+from openai.lib._parsing._responses import parse_response, type_to_text_format_param
+from openai.types.responses import Response
+from pydantic import TypeAdapter, ValidationError
+
+from ._core import Shape, _as_message, _count
+from ._errors import ConfigurationError
+from ._tokens import count_message_tokens, count_tokens
+from ._types import CacheEntry, Usage
+from ._validation import CheckFn
+
+__all__ = [
+    "ParsedChatShape",
+    "ResponsesShape",
+    "given",
+    "responses_bypass_reason",
+]
+
+
+def given(value: Any) -> bool:
+    """Whether a keyword argument was really passed (openai's ``omit``/``NOT_GIVEN`` and
+    ``None`` mean it was not)."""
+    return value is not None and type(value).__name__ not in {"NotGiven", "Omit"}
+
+
+def _with_type_check(validate: CheckFn, type_: Any) -> CheckFn:
+    """``validate``, after the answer has parsed as ``type_`` (a pydantic model or dataclass).
+
+    The caller's type is always checked, a validator given in the options or the category's
+    policy is checked as well: a served answer must become the ``parsed`` object the caller
+    asked for, whatever else is required of it.
+    """
+    adapter: TypeAdapter[Any] = TypeAdapter(type_)
+
+    def check_type(content: str) -> None:
+        adapter.validate_json(content)
+        validate(content)
+
+    return check_type
+
+
+class ParsedChatShape(Shape):
+    """``chat.completions.parse(..., response_format=MyModel)``."""
+
+    name = "chat.completions.parse"
+
+    def __init__(self, kwargs: Mapping[str, Any]) -> None:
+        self.response_format: Any = kwargs.get("response_format")
+        self.tools: Any = kwargs.get("tools")
+
+    def key_params(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+        if isinstance(self.response_format, type):
+            # The schema the SDK sends, not the class: two classes with one schema share a
+            # table, and a class whose fields change gets a new one.
+            return {
+                **kwargs,
+                "response_format": type_to_response_format_param(self.response_format),
+            }
+        return kwargs
+
+    def validator(self, validate: CheckFn) -> CheckFn:
+        if isinstance(self.response_format, type):
+            return _with_type_check(validate, self.response_format)
+        return validate
+
+    def rebuild(self, entry: CacheEntry, content: str | None, usage: Usage) -> Any:
+        completion = super().rebuild(entry, content, usage)
+        return parse_chat_completion(
+            response_format=self.response_format if given(self.response_format) else _OMIT,
+            input_tools=validate_input_tools(self.tools if given(self.tools) else _OMIT),
+            chat_completion=completion,
+        )
+
+
+# -- the Responses API -------------------------------------------------------------------------
+
+# Parameters whose answer depends on state held by the server, not on the request: a cache
+# cannot know that state, so such a request is sent as it is, and not stored.
+_STATEFUL = {
+    "previous_response_id": "continues a response stored on the server",
+    "conversation": "continues a conversation stored on the server",
+    "background": "runs in the background and is polled from the server",
+    "prompt": "uses a prompt template stored (and versioned) on the server",
+    "parse_as": "re-types output of a configuration update",
+}
+# Tools whose results the model reads from the world at call time (web and file search, code
+# execution, MCP servers, …). Function and custom tools are answered by the caller, so an
+# answer that calls them is as reusable as any other.
+_CLIENT_TOOLS = {"function", "custom", "namespace"}
+
+
+def responses_bypass_reason(kwargs: Mapping[str, Any]) -> str | None:
+    """Why a ``responses`` request cannot be answered from a cache, or ``None`` when it can."""
+    for name, why in _STATEFUL.items():
+        value = kwargs.get(name)
+        if given(value) and value is not False:
+            return f"{name} {why}"
+    tools: Any = kwargs.get("tools")
+    if given(tools):
+        for tool in tools:
+            kind = tool.get("type") if isinstance(tool, Mapping) else getattr(tool, "type", None)
+            if kind not in _CLIENT_TOOLS:
+                return f"the server-side tool {kind!r} reads the world at call time"
+    items: Any = kwargs.get("input")
+    if given(items) and not isinstance(items, str):
+        for item in items:
+            kind = item.get("type") if isinstance(item, Mapping) else getattr(item, "type", None)
+            if kind == "item_reference":
+                return "input refers to an item stored on the server"
+    return None
+
+
+_TOOL_CALL_ITEMS = {"function_call", "custom_tool_call"}
+
+
+def _items(response: Any) -> list[Any]:
+    output = getattr(response, "output", None)
+    return output if isinstance(output, list) else []
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def _output_text(items: list[Any]) -> str | None:
+    """The text of the message items (``Response.output_text``), or ``None`` without any."""
+    texts: list[str] = []
+    found = False
+    for item in items:
+        if _field(item, "type") != "message":
+            continue
+        found = True
+        for part in _field(item, "content") or []:
+            text = _field(part, "text")
+            if _field(part, "type") == "output_text" and isinstance(text, str):
+                texts.append(text)
+    return "".join(texts) if found else None
+
+
+class ResponsesShape(Shape):
+    """``responses.create`` (and ``responses.parse`` when ``text_format`` is given)."""
+
+    name = "responses"
+
+    def __init__(self, kwargs: Mapping[str, Any]) -> None:
+        self.text_format: Any = kwargs.get("text_format")
+        self.tools: Any = kwargs.get("tools")
+
+    def key_params(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+        # input and instructions are the prompt (as messages are for chat): they are embedded,
+        # not keyed. A text_format class is keyed by the schema the SDK sends in its place.
+        params = {k: v for k, v in kwargs.items() if k not in ("input", "instructions")}
+        if isinstance(self.text_format, type):
+            del params["text_format"]
+            text = dict(params.get("text") or {})
+            text["format"] = type_to_text_format_param(self.text_format)
+            params["text"] = text
+        return params
+
+    def messages(self, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        instructions = kwargs.get("instructions")
+        if given(instructions):
+            messages.append({"role": "system", "content": instructions})
+        items: Any = kwargs.get("input")
+        if isinstance(items, str):
+            messages.append({"role": "user", "content": items})
+        elif given(items):
+            if isinstance(items, (bytes, Mapping)):
+                raise ConfigurationError("input must be a text or a list of input items")
+            try:
+                messages.extend(_as_message(item, i) for i, item in enumerate(items))
+            except TypeError as exc:
+                raise ConfigurationError("input must be a text or a list of input items") from exc
+        return messages
+
+    def validator(self, validate: CheckFn) -> CheckFn:
+        if isinstance(self.text_format, type):
+            return _with_type_check(validate, self.text_format)
+        return validate
+
+    def content(self, response: Any) -> str | None:
+        return _output_text(_items(response))
+
+    def has_tool_calls(self, response: Any) -> bool:
+        return any(_field(item, "type") in _TOOL_CALL_ITEMS for item in _items(response))
+
+    def usage(self, response: Any, messages: Any) -> Usage:
+        u = getattr(response, "usage", None)
+        prompt = _count(getattr(u, "input_tokens", None))
+        completed = _count(getattr(u, "output_tokens", None))
+        if prompt is not None and completed is not None and (prompt or completed):
+            return Usage(prompt_tokens=prompt, completion_tokens=completed)
+        prompt, source = count_message_tokens(messages)
+        completion_tokens, _ = count_tokens(self.content(response) or "")
+        return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, source=source)
+
+    def dump(self, response: Any) -> dict[str, Any]:
+        data: dict[str, Any] = response.model_dump(mode="json", warnings=False)
+        for item in data.get("output") or []:
+            if not isinstance(item, dict):
+                continue
+            item.pop("parsed_arguments", None)
+            for part in item.get("content") or []:
+                if isinstance(part, dict):
+                    part.pop("parsed", None)
+        return data
+
+    def _response(self, entry: CacheEntry, content: str | None, usage: Usage) -> Response:
+        """A real Response from the stored JSON, carrying the (modified) answer as the text of
+        its one message (``content=None`` keeps the output as stored: tool calls)."""
+        data = copy.deepcopy(entry.completion)
+        data["id"] = f"resp_llmcache_{uuid.uuid4().hex[:24]}"
+        data["created_at"] = float(int(time.time()))
+        data["status"] = "completed"
+        if content is not None:
+            output = [item for item in data.get("output") or [] if isinstance(item, dict)]
+            first = next(
+                (i for i, item in enumerate(output) if item.get("type") == "message"), None
+            )
+            if first is None:
+                output.append(
+                    {
+                        "type": "message",
+                        "id": f"msg_llmcache_{uuid.uuid4().hex[:24]}",
+                        "role": "assistant",
+                        "status": "completed",
+                    }
+                )
+                first = len(output) - 1
+            output[first]["content"] = [{"type": "output_text", "text": content, "annotations": []}]
+            # One message carries the whole answer; a stored answer split over several would
+            # otherwise be said twice.
+            data["output"] = [
+                item for i, item in enumerate(output) if i == first or item.get("type") != "message"
+            ]
+        data["usage"] = {
+            "input_tokens": usage.prompt_tokens,
+            "output_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
+        return Response.model_validate(data)
+
+    def rebuild(self, entry: CacheEntry, content: str | None, usage: Usage) -> Any:
+        response = self._response(entry, content, usage)
+        if not given(self.text_format):
+            return response
+        return parse_response(
+            text_format=self.text_format,
+            input_tools=_responses_tools(self.tools),
+            response=response,
+        )
+
+    def is_tool_call_entry(self, entry: CacheEntry) -> bool:
+        output = entry.completion.get("output")
+        return isinstance(output, list) and any(
+            isinstance(item, dict) and item.get("type") in _TOOL_CALL_ITEMS for item in output
+        )
+
+    def answer_problem(self, entry: CacheEntry) -> str | None:
+        try:
+            self._response(
+                entry, None if self.is_tool_call_entry(entry) else entry.content, Usage()
+            )
+        except (ValidationError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return f"its stored response is no longer a valid Response ({reason})"
+        return None
+
+    def revision_request(
+        self, request: Mapping[str, Any], messages: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        # The revision prompt is the whole prompt: the query's instructions are not added to it.
+        kept = {k: v for k, v in request.items() if k != "instructions"}
+        return {**kept, "input": messages}
+
+
+def _responses_tools(tools: Any) -> Any:
+    """The tools as ``responses.parse`` hands them to ``parse_response``."""
+    if not given(tools):
+        return _OMIT
+    try:
+        from openai.lib._response_resources import _make_tools
+    except ImportError:  # an SDK that keeps the helper elsewhere: strict tools go unparsed
+        return list(tools)
+    return _make_tools(tools)

@@ -1,0 +1,160 @@
+"""Prompt templates that know their cache options: adopting the cache is one line per prompt.
+
+A :class:`PromptTemplate` has a name and a text with slots, either named (``{event}``) or
+positional in the style of Park et al.'s prompt files (``!<INPUT 0>!``, with everything up to
+a ``<commentblockmarker>###</commentblockmarker>`` line being the file's notes, not the prompt).
+Filling it gives the messages to send and the matching :class:`CacheOptions`: the category is
+the template's name and the keywords are the slot values in slot order (or the slots named in
+``keyword_slots``), so that the call in an existing code base changes from
+
+    reply = client.chat.completions.create(model=m, messages=[{"role": "user", "content": p}])
+
+to
+
+    reply = client.chat.completions.create(model=m, **POIGNANCY.fill(*inputs).request(agent=a))
+
+>>> t = PromptTemplate(name="importance", text="Rate how important this is: {event}")
+>>> filled = t.fill(event="Tree in Victoria Park is idle")
+>>> filled.messages
+[{'role': 'user', 'content': 'Rate how important this is: Tree in Victoria Park is idle'}]
+>>> options = filled.cache_options(agent="Liam")
+>>> (options.category, options.agent, options.keywords)
+('importance', 'Liam', ('Tree in Victoria Park is idle',))
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ._errors import ConfigurationError
+from ._types import CacheOptions
+
+__all__ = ["FilledPrompt", "PromptTemplate"]
+
+_NAMED = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_POSITIONAL = re.compile(r"!<INPUT (\d+)>!")
+#: Park et al.'s prompt files: notes (the variables' meanings) above this line, the prompt below.
+COMMENT_MARKER = "<commentblockmarker>###</commentblockmarker>"
+
+
+class FilledPrompt(BaseModel):
+    """A template with its slots filled: what to send, and how the cache should file it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    category: str
+    text: str
+    system: str | None = None
+    keywords: tuple[str, ...]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The chat messages: the template's system text, if any, then the filled prompt."""
+        messages: list[dict[str, Any]] = []
+        if self.system:
+            messages.append({"role": "system", "content": self.system})
+        messages.append({"role": "user", "content": self.text})
+        return messages
+
+    def cache_options(self, *, agent: str = "", **fields: Any) -> CacheOptions:
+        """``CacheOptions(category=<template name>, agent=agent, keywords=<slot values>)``;
+        ``fields`` are any other options (``mode``, ``validator``, ``options``, …)."""
+        return CacheOptions(category=self.category, agent=agent, keywords=self.keywords, **fields)
+
+    def request(self, *, agent: str = "", **fields: Any) -> dict[str, Any]:
+        """``messages=`` and ``cache=`` for ``chat.completions.create`` / ``parse``."""
+        return {"messages": self.messages, "cache": self.cache_options(agent=agent, **fields)}
+
+
+class PromptTemplate(BaseModel):
+    """A named prompt with slots; see the module documentation.
+
+    ``keyword_slots`` picks the slots whose values are the keywords (names, or indexes as text
+    for positional slots), in that order; by default every slot, in the order the slots first
+    appear. A template uses named slots or positional ones, not both.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    text: str
+    system: str | None = None
+    keyword_slots: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> PromptTemplate:
+        if _NAMED.search(self.prompt) and _POSITIONAL.search(self.prompt):
+            raise ValueError(f"template {self.name!r} mixes {{named}} and !<INPUT n>! slots")
+        unknown = [s for s in self.keyword_slots or () if s not in self.slots]
+        if unknown:
+            raise ValueError(
+                f"template {self.name!r} has no slot {', '.join(map(repr, unknown))}; "
+                f"its slots are {', '.join(self.slots) or 'none'}"
+            )
+        return self
+
+    @property
+    def prompt(self) -> str:
+        """The text that is sent: without a Park-style notes block above the marker line."""
+        head, marker, body = self.text.partition(COMMENT_MARKER)
+        return body if marker else head
+
+    @property
+    def positional(self) -> bool:
+        return bool(_POSITIONAL.search(self.prompt))
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The slot names in order of first appearance (``"0"``, ``"1"`` … when positional,
+        in index order)."""
+        if self.positional:
+            found = {int(n) for n in _POSITIONAL.findall(self.prompt)}
+            return tuple(str(n) for n in sorted(found))
+        return tuple(dict.fromkeys(_NAMED.findall(self.prompt)))
+
+    def fill(self, *inputs: Any, **values: Any) -> FilledPrompt:
+        """Fill the slots: positionally (``fill(name, event)``, as Park et al.'s
+        ``generate_prompt(curr_input, ...)``) or by name (``fill(event=...)``)."""
+        given = self._values(inputs, values)
+        pattern = _POSITIONAL if self.positional else _NAMED
+
+        def fill(text: str) -> str:
+            return pattern.sub(lambda m: given[m.group(1)], text)
+
+        chosen = self.keyword_slots if self.keyword_slots is not None else self.slots
+        return FilledPrompt(
+            category=self.name,
+            text=fill(self.prompt).strip(),
+            system=fill(self.system) if self.system else None,
+            keywords=tuple(given[s] for s in chosen),
+        )
+
+    def _values(self, inputs: tuple[Any, ...], values: dict[str, Any]) -> dict[str, str]:
+        if inputs and values:
+            raise ConfigurationError("fill a template by position or by name, not both")
+        if inputs:
+            if not self.positional and len(inputs) != len(self.slots):
+                raise ConfigurationError(
+                    f"template {self.name!r} has {len(self.slots)} slots "
+                    f"({', '.join(self.slots)}), given {len(inputs)} values"
+                )
+            names = self.slots if not self.positional else tuple(map(str, range(len(inputs))))
+            values = dict(zip(names, inputs, strict=True))
+        missing = [s for s in self.slots if s not in values]
+        # Positional inputs the prompt does not use are ignored, as Park et al.'s
+        # generate_prompt ignores them: their input lists often carry more than one prompt needs.
+        extra = [] if self.positional else [k for k in values if k not in self.slots]
+        if missing or extra:
+            problems = []
+            if missing:
+                problems.append(f"no value for {', '.join(missing)}")
+            if extra:
+                problems.append(f"no slot {', '.join(extra)}")
+            raise ConfigurationError(
+                f"template {self.name!r}: {'; '.join(problems)} "
+                f"(its slots are {', '.join(self.slots) or 'none'})"
+            )
+        return {k: str(v) for k, v in values.items()}
