@@ -39,7 +39,9 @@ class Profile(BaseModel):
 QUICK = Profile(
     name="quick",
     runs=3,
-    days=10 / 24,  # 06:00-16:00: planning, school or work, lunch
+    # 06:00-14:00: daily plans and their decompositions, the first reflections, school or
+    # work -- every non-dialogue group but the rare future plan revision, in about 20 minutes.
+    days=8 / 24,
     agents=["Alice Wilson", "Mary Oliver"],
     max_attempts=2,
     escalate=False,
@@ -53,7 +55,7 @@ QUICK = Profile(
     # Qwen-1.5B needs ~30 s per ranking here; SmolLM2 ranks in a few seconds (near randomly:
     # the reliability figures in the report say how near).
     judge_tier="default",
-    expected_minutes="about 15-20 minutes on 2 cores (measured in the closing note of issue 5)",
+    expected_minutes="about 20 minutes on 2 cores (measured in the closing note of issue 10)",
 )
 
 FULL = Profile(
