@@ -12,7 +12,7 @@ from __future__ import annotations
 from ._backend import LocalBackend
 from ._cache import SemanticCache
 from ._client import AsyncCachedLLM, CachedLLM
-from ._config import CacheConfig, CategoryPolicy
+from ._config import CacheConfig, CategoryPolicy, Limits
 from ._embedders import MemoEmbedder, MiniLMEmbedder, OpenAIEmbedder
 from ._errors import (
     ConfigurationError,
@@ -31,6 +31,7 @@ from ._llm_config import LLMBackend, LLMConnection, LLMKind, connect_llm, resolv
 from ._modifiers import Choose, Read, Revise
 from ._pg import PgBackend
 from ._protocols import (
+    BoundedBackend,
     CacheBackend,
     Embedder,
     EntryStore,
@@ -61,6 +62,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncCachedLLM",
+    "BoundedBackend",
     "CacheBackend",
     "CacheConfig",
     "CacheEntry",
@@ -87,6 +89,7 @@ __all__ = [
     "LLMCacheError",
     "LLMConnection",
     "LLMKind",
+    "Limits",
     "LocalBackend",
     "LocalServer",
     "LocalServerError",

@@ -1,29 +1,70 @@
-"""Command line: ``python -m llmcache stats DIR`` and ``python -m llmcache serve``."""
+"""Command line: ``python -m llmcache stats DIR``, ``prune DIR`` and ``serve``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 
 from ._cache import open_backend
-from ._errors import LLMCacheError
+from ._config import Limits
+from ._errors import ConfigurationError, LLMCacheError
 from ._ledger import CacheStats, TableStats
+from ._protocols import BoundedBackend
 
 
 def _stats(args: argparse.Namespace) -> int:
     backend = open_backend(args.location)
     try:
         tables = [TableStats.from_counters(k, c) for k, c in backend.read_stats().items()]
+        stats = CacheStats(tables=tables)
+        if isinstance(backend, BoundedBackend):
+            entries, size = backend.usage()
+            limits = backend.read_limits() or Limits()
+            stats = stats.model_copy(update={"limits": limits, "entries": entries, "bytes": size})
     finally:
         backend.close()
-    stats = CacheStats(tables=tables)
     if args.json:
         sys.stdout.write(stats.model_dump_json(indent=2) + "\n")
     elif not tables:
         sys.stdout.write(f"{args.location}: no calls recorded yet\n")
     else:
         sys.stdout.write(stats.render() + "\n")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    backend = open_backend(args.location)
+    try:
+        if not isinstance(backend, BoundedBackend):
+            raise ConfigurationError(f"{type(backend).__name__} cannot be bounded")
+        given = {
+            name: getattr(args, name)
+            for name in Limits.model_fields
+            if getattr(args, name) is not None
+        }
+        # The options given replace those recorded for this pass; the rest are kept.
+        stored = backend.read_limits() or Limits()
+        limits = Limits(**{**stored.model_dump(), **given})
+        if not limits.bounded:
+            raise ConfigurationError(
+                "no limits recorded for this cache and none given: say --max-entries, "
+                "--max-entries-per-table, --max-bytes or --ttl-seconds"
+            )
+        now = time.time() if args.now is None else args.now
+        counts = backend.enforce(limits, now)
+        entries, size = backend.usage()
+    finally:
+        backend.close()
+    result = {**counts, "entries": entries, "bytes": size, "limits": limits.model_dump()}
+    if args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        sys.stdout.write(
+            f"{args.location}: evicted {counts['evicted']} for size, {counts['expired']} "
+            f"expired ({limits.describe()}); {entries} entries, {size} bytes left\n"
+        )
     return 0
 
 
@@ -59,6 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("location", help="cache directory (or postgresql:// DSN)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_stats)
+    p = sub.add_parser(
+        "prune", help="evict expired entries and entries over the cache's bounds, now"
+    )
+    p.add_argument("location", help="cache directory (or postgresql:// DSN)")
+    p.add_argument("--max-entries", dest="max_entries", type=int, metavar="N")
+    p.add_argument("--max-entries-per-table", dest="max_entries_per_table", type=int, metavar="N")
+    p.add_argument("--max-bytes", dest="max_bytes", type=int, metavar="N")
+    p.add_argument("--ttl-seconds", dest="ttl_seconds", type=float, metavar="S")
+    p.add_argument(
+        "--now", type=float, help="the time to expire by (a simulation's clock; default: now)"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_prune)
     p = sub.add_parser("tables", help="list the tables (partitions) and their entry counts")
     p.add_argument("location")
     p.set_defaults(func=_partitions)

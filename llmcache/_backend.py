@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ._config import Limits
 from ._errors import EmbedderMismatchError, StoreError
 from ._index import AutoIndex
 from ._protocols import Manifest, VectorIndex
@@ -341,11 +342,11 @@ class LocalBackend:
 
     # -- CacheBackend -------------------------------------------------------------------------
 
-    def add(self, entry: CacheEntry) -> int:
+    def add(self, entry: CacheEntry, *, now: float | None = None) -> int:
         vector = entry.vector()
         dim = self._dim_for(len(vector), entry.embedder_id)
         pkey = entry.partition.key
-        entry_id = self._store.put(entry)
+        entry_id = self._store.put(entry, now=now)
         state = self._state(pkey, dim)
         with state.lock:
             if state.indexed_upto == entry_id - 1:
@@ -419,6 +420,48 @@ class LocalBackend:
             self._store.evict(partition_key, entry_id)
             state.index.remove(entry_id)
             state.unsaved += 1
+
+    # -- bounds (BoundedBackend) ------------------------------------------------------------
+
+    def _forget(self, gone: Sequence[tuple[str, int]]) -> None:
+        """Remove evicted ids from this process's indexes (others notice by the counts)."""
+        for pkey, entry_id in gone:
+            state = self._indexes.get(pkey)
+            if state is not None:
+                with state.lock:
+                    state.index.remove(entry_id)
+                    state.unsaved += 1
+
+    def touch(self, partition_key: str, entry_id: int, now: float) -> None:
+        self._store.touch(partition_key, entry_id, now)
+
+    def expire(
+        self, partition_key: str, entry_ids: Sequence[int], now: float, ttl_seconds: float
+    ) -> list[int]:
+        gone = self._store.expire(partition_key, list(entry_ids), now, ttl_seconds)
+        self._forget([(partition_key, i) for i in gone])
+        return gone
+
+    def enforce(
+        self,
+        limits: Limits,
+        now: float,
+        *,
+        partition_key: str | None = None,
+        budget: int | None = None,
+    ) -> dict[str, int]:
+        counts, gone = self._store.enforce(limits, now, partition_key=partition_key, budget=budget)
+        self._forget(gone)
+        return counts
+
+    def usage(self) -> tuple[int, int]:
+        return self._store.usage()
+
+    def read_limits(self) -> Limits | None:
+        return self._store.read_limits()
+
+    def write_limits(self, limits: Limits) -> None:
+        self._store.write_limits(limits)
 
     def partitions(self) -> list[Partition]:
         return self._store.partitions()

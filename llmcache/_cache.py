@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._config import CacheConfig
+from ._config import CacheConfig, Limits
 from ._errors import ConfigurationError, CorruptEntryError, StoreError
 from ._ledger import CacheStats, Ledger, PriceTable
-from ._protocols import CacheBackend, Embedder
+from ._protocols import BoundedBackend, CacheBackend, Embedder
 from ._types import CacheEntry, Candidate, Partition, Similarity
 
 __all__ = ["DEFAULT_CACHE_DIR_ENV", "SemanticCache", "open_backend"]
@@ -29,6 +30,11 @@ _DEFAULT_DIR = ".llmcache"
 # How long a call waits for another thread's miss on the same question before it gives up
 # waiting and calls the LLM itself (a generous LLM call, retries included).
 _SINGLE_FLIGHT_WAIT_S = 300.0
+
+# How many entries one write may evict per kind (expired, over a bound): the bounds are kept by
+# evicting the excess a write makes (one entry) plus a little of any backlog (bounds lowered,
+# a clock moved on), so that no call pays for a whole sweep; `prune` does whole sweeps.
+_WRITE_BUDGET = 64
 
 EntryCheck = Callable[[CacheEntry], "str | None"]
 
@@ -91,6 +97,11 @@ class SemanticCache:
     ``postgresql://`` DSN, or any :class:`~llmcache.CacheBackend`. ``embedder`` defaults to the
     local MiniLM model. Opening a cache built with another embedder or dimension raises
     :class:`~llmcache.EmbedderMismatchError`.
+
+    Bounds (``CacheConfig(max_entries=..., ttl_seconds=...)``, see :class:`~llmcache.Limits`)
+    are kept on every write and recorded in the store, so that every process sharing the cache
+    keeps the same ones. ``clock`` says what time it is for them (default ``time.time``): give a
+    simulation's clock, in seconds, and entries expire and age in simulated time.
     """
 
     def __init__(
@@ -100,6 +111,7 @@ class SemanticCache:
         embedder: Embedder | None = None,
         config: CacheConfig | None = None,
         prices: PriceTable | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.backend: CacheBackend = open_backend(location)
@@ -109,6 +121,14 @@ class SemanticCache:
             self.backend.close()
             raise
         self.config: CacheConfig = config or CacheConfig()
+        self.clock: Callable[[], float] = clock or time.time
+        self._bounded_for: object = None
+        self._bounded: BoundedBackend | None = None
+        try:
+            self._stored_limits = self._record_limits()
+        except BaseException:
+            self.backend.close()
+            raise
         self.prices: PriceTable = prices or PriceTable()
         self.ledger = Ledger(self.backend)
         self._closed = False
@@ -124,6 +144,62 @@ class SemanticCache:
         view.__dict__.update(self.__dict__)
         view.config = self.config.updated(**changes)
         return view
+
+    # -- bounds ------------------------------------------------------------------------------
+
+    def _bounded_backend(self) -> BoundedBackend | None:
+        # Checked once: isinstance against a Protocol inspects every method each time.
+        if self._bounded_for is not self.backend:
+            self._bounded_for = self.backend
+            self._bounded = self.backend if isinstance(self.backend, BoundedBackend) else None
+        return self._bounded
+
+    def _record_limits(self) -> Limits | None:
+        """Record this configuration's bounds in the store, or adopt the store's when it sets
+        none (so a process opened without limits keeps to those the cache was given)."""
+        limits = self.config.limits
+        backend = self._bounded_backend()
+        if backend is None:
+            if limits.bounded:
+                raise ConfigurationError(
+                    f"{type(self.backend).__name__} does not keep entry times, so it cannot "
+                    "be bounded (max_entries, max_bytes, ttl_seconds): use a cache directory "
+                    "or a postgresql:// DSN"
+                )
+            return None
+        if limits.bounded:
+            if backend.read_limits() != limits:
+                backend.write_limits(limits)
+            return limits
+        return backend.read_limits()
+
+    @property
+    def limits(self) -> Limits:
+        """The bounds in force: this configuration's, or else those recorded in the store."""
+        limits = self.config.limits
+        if limits.bounded or self._stored_limits is None:
+            return limits
+        return self._stored_limits
+
+    def prune(self, limits: Limits | None = None) -> dict[str, int]:
+        """Evict, now, every expired entry and every entry over a bound (by default the bounds
+        in force); returns ``{"expired": n, "evicted": m}``. Writes do this a little at a time."""
+        backend = self._bounded_backend()
+        limits = limits or self.limits
+        if backend is None or not limits.bounded:
+            return {"expired": 0, "evicted": 0}
+        return backend.enforce(limits, self.clock())
+
+    def mark_hit(self, partition_key: str, entry_id: int) -> None:
+        """Record that an entry answered a call (it is then the last to be evicted for size)."""
+        backend = self._bounded_backend()
+        if backend is None:
+            return
+        try:
+            backend.touch(partition_key, entry_id, self.clock())
+        except StoreError:
+            # The hit is served either way; a lost last-hit time only ages the entry early.
+            logger.warning("could not record a hit on %s/%s", partition_key, entry_id)
 
     # -- the operations the call core uses ---------------------------------------------------
 
@@ -151,6 +227,19 @@ class SemanticCache:
         query = np.asarray(vector, dtype=np.float64).reshape(-1)
         query_norm = float(np.linalg.norm(query))
         hits = self.backend.search(partition, vector, k or self.config.k)
+        ttl = self.limits.ttl_seconds
+        backend = self._bounded_backend()
+        if ttl is not None and backend is not None:
+            # Never served past its time: an expired candidate is evicted (counted as
+            # `expired` by the backend) and the lookup goes on as if it were not there, so
+            # it searches again when expired ones took the places of live ones.
+            now = self.clock()
+            for attempt in range(4):
+                expired = set(backend.expire(partition.key, [i for i, _ in hits], now, ttl))
+                hits = [(i, s) for i, s in hits if i not in expired]
+                if not expired or attempt == 3:
+                    break
+                hits = self.backend.search(partition, vector, k or self.config.k)
         out: list[Candidate] = []
         corrupt = 0
         for entry_id, _ in hits:
@@ -210,7 +299,21 @@ class SemanticCache:
 
     def put(self, entry: CacheEntry) -> int:
         # Sealed here as well as by the embedded store, so every backend stores a checksum.
-        return self.backend.add(entry.sealed())
+        backend = self._bounded_backend()
+        if backend is None:
+            return self.backend.add(entry.sealed())
+        now = self.clock()
+        entry_id = backend.add(entry.sealed(), now=now)
+        limits = self.limits
+        if limits.bounded:
+            try:
+                backend.enforce(
+                    limits, now, partition_key=entry.partition.key, budget=_WRITE_BUDGET
+                )
+            except StoreError:
+                # The entry is stored; the excess is evicted by the next write (or a prune).
+                logger.warning("could not evict entries over the cache's bounds", exc_info=True)
+        return entry_id
 
     def entries(self, partition_key: str) -> list[CacheEntry]:
         return list(self.backend.iterate(partition_key))
@@ -219,8 +322,14 @@ class SemanticCache:
         return self.backend.partitions()
 
     def stats(self) -> CacheStats:
-        """Per table: lookups, hits, similarity, tokens and dollars spent and avoided."""
-        return self.ledger.stats()
+        """Per table: lookups, hits, similarity, tokens and dollars spent and avoided, entries
+        evicted for size and expired; the bounds in force and the cache's size."""
+        stats = self.ledger.stats()
+        backend = self._bounded_backend()
+        if backend is None:
+            return stats
+        entries, size = backend.usage()
+        return stats.model_copy(update={"limits": self.limits, "entries": entries, "bytes": size})
 
     # -- lifetime ----------------------------------------------------------------------------
 

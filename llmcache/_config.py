@@ -8,7 +8,37 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._types import CacheOptions, EmbedMode, Mode, refuse_unknown_fields
 
-__all__ = ["CacheConfig", "CategoryPolicy", "ResolvedPolicy"]
+__all__ = ["CacheConfig", "CategoryPolicy", "Limits", "ResolvedPolicy"]
+
+
+class Limits(BaseModel):
+    """How big a cache may grow, and how long an entry may live. ``None`` is unbounded.
+
+    ``max_entries_per_table`` bounds each table (category × agent × parameters),
+    ``max_entries`` and ``max_bytes`` the whole cache (bytes: the size of the entries' JSON as
+    stored, not of the index files). When a bound is passed, the least recently hit entries go
+    first (an entry never hit counts as hit when it was stored). ``ttl_seconds`` expires an entry
+    that long after it was stored, measured on the cache's clock: wall time by default, or the
+    caller's (a simulation's own time) given as ``SemanticCache(clock=...)``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_entries_per_table: int | None = Field(default=None, ge=1)
+    max_entries: int | None = Field(default=None, ge=1)
+    max_bytes: int | None = Field(default=None, ge=1)
+    ttl_seconds: float | None = Field(default=None, gt=0)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any limit is set."""
+        return any(getattr(self, name) is not None for name in type(self).model_fields)
+
+    def describe(self) -> str:
+        """One line for people: ``max_entries=1000, ttl_seconds=3600`` or ``unbounded``."""
+        values = {n: getattr(self, n) for n in type(self).model_fields}
+        shown = [f"{n}={int(v) if float(v).is_integer() else v}" for n, v in values.items() if v]
+        return ", ".join(shown) or "unbounded"
 
 
 class CategoryPolicy(BaseModel):
@@ -43,6 +73,11 @@ class CacheConfig(BaseModel):
     ``escalation_attempts`` tries, if one is set. ``k`` is how many neighbours a lookup fetches
     (more than one so that a corrupt or unusable best entry still leaves candidates).
     Unknown settings are refused with a pydantic ``ValidationError`` naming the valid ones.
+
+    ``max_entries_per_table``, ``max_entries``, ``max_bytes`` and ``ttl_seconds`` bound the
+    cache (see :class:`Limits`; all ``None`` by default: unbounded). A cache opened with any of
+    them set records them in the store, so that other processes (and ``python -m llmcache
+    prune``/``stats``) that open it without limits of their own keep to the same ones.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -60,6 +95,15 @@ class CacheConfig(BaseModel):
     superior_model: str | None = None
     escalation_attempts: int = Field(default=3, ge=0)
     categories: dict[str, CategoryPolicy] = Field(default_factory=dict)
+    max_entries_per_table: int | None = Field(default=None, ge=1)
+    max_entries: int | None = Field(default=None, ge=1)
+    max_bytes: int | None = Field(default=None, ge=1)
+    ttl_seconds: float | None = Field(default=None, gt=0)
+
+    @property
+    def limits(self) -> Limits:
+        """The bounds this configuration sets (``Limits().bounded`` is false when none)."""
+        return Limits(**{name: getattr(self, name) for name in Limits.model_fields})
 
     def updated(self, **changes: Any) -> CacheConfig:
         """A copy with some settings changed, validated like the constructor's arguments

@@ -518,6 +518,8 @@ class _Call:
         self.info.outcome = "hit"
         self.info.modifier = modifier
         self.info.entry_id = entry.id
+        # Its last-hit time: what a bounded cache evicts by (least recently hit first).
+        self.cache.mark_hit(entry.partition.key, entry.id)
         # What the hit saved: the query's prompt plus an answer as long as the cached one.
         prompt_tokens, _ = count_message_tokens(self.messages)
         avoided = Usage(

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ._config import Limits
 from ._protocols import CacheBackend
 from ._types import CallInfo, Partition, Usage
 
@@ -96,6 +97,8 @@ class TableStats(BaseModel):
     corrupt: int = 0  # damaged entries met and evicted (by lookups and index rebuilds)
     store_failures: int = 0  # answers returned but not stored, lookups the store failed
     record_failures: int = 0  # answers returned but not recorded by the Recorder
+    evicted: int = 0  # entries evicted to keep the cache within its bounds (least recently hit)
+    expired: int = 0  # entries evicted past their time to live (never served)
     attempts: int = 0
     escalations: int = 0
     similarity_mean: float | None = None  # raw cosine of the best candidate, over lookups
@@ -139,6 +142,8 @@ class TableStats(BaseModel):
             corrupt=int(c.get("corrupt", 0)),
             store_failures=int(c.get("store_failures", 0)),
             record_failures=int(c.get("record_failures", 0)),
+            evicted=int(c.get("evicted", 0)),
+            expired=int(c.get("expired", 0)),
             attempts=int(c.get("attempts", 0)),
             escalations=int(c.get("escalations", 0)),
             similarity_mean=mean,
@@ -163,9 +168,13 @@ class TableStats(BaseModel):
 
 
 class CacheStats(BaseModel):
-    """Every table's counters, and their sum."""
+    """Every table's counters, and their sum; for a bounded backend also the bounds in force
+    and how many entries (and bytes of them) the cache holds."""
 
     tables: list[TableStats]
+    limits: Limits | None = None
+    entries: int | None = None
+    bytes: int | None = None
 
     @property
     def total(self) -> TableStats:
@@ -174,7 +183,8 @@ class CacheStats(BaseModel):
         for t in self.tables:
             for name in (
                 "lookups", "hits", "misses", "collects", "bypasses", "corrupt",
-                "store_failures", "record_failures", "attempts", "escalations", "tokens_spent",
+                "store_failures", "record_failures", "evicted", "expired", "attempts",
+                "escalations", "tokens_spent",
                 "tokens_avoided", "revise_tokens", "embed_tokens",
             ):  # fmt: skip
                 setattr(total, name, getattr(total, name) + getattr(t, name))
@@ -195,7 +205,7 @@ class CacheStats(BaseModel):
         header = (
             f"{'category':<26} {'agent':<16} {'lookups':>7} {'hits':>6} {'hit%':>6} "
             f"{'sim(cos)':>8} {'spent $':>10} {'avoided $':>10} {'tok spent':>10} "
-            f"{'tok avoided':>11}"
+            f"{'tok avoided':>11} {'evicted':>7} {'expired':>7}"
         )
         lines = [header, "-" * len(header)]
         rows = sorted(self.tables, key=lambda t: (t.category, t.agent))
@@ -204,7 +214,13 @@ class CacheStats(BaseModel):
             lines.append(
                 f"{t.category[:26]:<26} {t.agent[:16]:<16} {t.lookups:>7} {t.hits:>6} "
                 f"{100 * t.hit_rate:>5.1f}% {sim:>8} {t.usd_spent:>10.6f} {t.usd_avoided:>10.6f} "
-                f"{t.tokens_spent:>10} {t.tokens_avoided:>11}"
+                f"{t.tokens_spent:>10} {t.tokens_avoided:>11} {t.evicted:>7} {t.expired:>7}"
+            )
+        if self.limits is not None and self.limits.bounded:
+            # Only for a bounded cache: the table above stays the whole output otherwise.
+            lines.append(
+                f"limits: {self.limits.describe()}; "
+                f"holding {self.entries} entries, {self.bytes} bytes"
             )
         return "\n".join(lines)
 

@@ -12,6 +12,8 @@ Everything lives in one schema (``llmcache`` unless told otherwise), created on 
     entries     (id bigint identity PK, pkey text, embedding vector)   + btree (pkey, id)
     bodies      (id bigint PK → entries ON DELETE CASCADE, body text)  CacheEntry JSON
     stats       (key text, name text, value float8, PK (key, name))
+    entry_times (id bigint PK → entries ON DELETE CASCADE, pkey, stored_at, last_hit, bytes)
+                                                   + btree (last_hit, id), (pkey, last_hit, id)
 
 Why this shape:
 
@@ -33,6 +35,13 @@ Why this shape:
   is written by one statement, so a lookup in another process sees all of it or none of it.
   Counters are merged by ``INSERT … ON CONFLICT DO UPDATE`` in the server (sum, or
   greatest/least for ``max_``/``min_`` names), so concurrent writers never lose an increment.
+- **Times apart from vectors.** What bounds the cache (when an entry was stored and last hit,
+  on the cache's clock, and its size) lives in ``entry_times``, a narrow row per entry: a hit
+  updates that row, not the entry's (an UPDATE writes a new row version, which for ``entries``
+  would copy the vector). It is an addition that older llmcache versions ignore, so it does
+  not change the schema version: a schema made before it gets it on first open, filled from
+  the entries present (stored and hit "now"). Evictions for size run in one transaction under
+  an advisory lock, so processes enforcing at once take turns and evict exactly the excess.
 - **Migrations.** Creating or upgrading the schema happens in one transaction under an
   advisory lock, so processes starting together do not race; a schema written by a newer
   llmcache is refused rather than guessed at.
@@ -54,6 +63,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ValidationError
 
+from ._config import Limits
 from ._errors import ConfigurationError, CorruptEntryError, EmbedderMismatchError, StoreError
 from ._protocols import Manifest
 from ._types import CacheEntry, Partition
@@ -113,6 +123,27 @@ _CREATE_V1 = [
     )""",
 ]
 
+# Created with the schema, and by _ensure_schema in schemas made before it existed.
+_CREATE_TIMES = [
+    """CREATE TABLE IF NOT EXISTS {schema}.entry_times (
+        id bigint PRIMARY KEY REFERENCES {schema}.entries (id) ON DELETE CASCADE,
+        pkey text NOT NULL,
+        stored_at double precision NOT NULL,
+        last_hit double precision NOT NULL,
+        bytes bigint NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS entry_times_hit ON {schema}.entry_times (last_hit, id)",
+    "CREATE INDEX IF NOT EXISTS entry_times_table_hit ON {schema}.entry_times (pkey, last_hit, id)",
+    "CREATE INDEX IF NOT EXISTS entry_times_stored ON {schema}.entry_times (stored_at, id)",
+]
+_BACKFILL_TIMES = """
+INSERT INTO {schema}.entry_times (id, pkey, stored_at, last_hit, bytes)
+SELECT e.id, e.pkey, extract(epoch FROM clock_timestamp()), extract(epoch FROM clock_timestamp()),
+       coalesce(octet_length(b.body), 0)
+FROM {schema}.entries e LEFT JOIN {schema}.bodies b ON b.id = e.id
+ON CONFLICT (id) DO NOTHING
+"""
+
 # DML runs with search_path = (our schema, pgvector's schema), so it names tables bare.
 _SQL_INSERT_ENTRY = """
 WITH part AS (
@@ -121,8 +152,38 @@ WITH part AS (
     ON CONFLICT (pkey) DO NOTHING
 ), entry AS (
     INSERT INTO entries (pkey, embedding) VALUES (%(pkey)s, %(embedding)b) RETURNING id
+), body AS (
+    INSERT INTO bodies (id, body) SELECT id, %(body)s FROM entry RETURNING id
 )
-INSERT INTO bodies (id, body) SELECT id, %(body)s FROM entry RETURNING id
+INSERT INTO entry_times (id, pkey, stored_at, last_hit, bytes)
+SELECT id, %(pkey)s, %(now)s, %(now)s, %(bytes)s FROM body RETURNING id
+"""
+
+# The evictions of PgBackend.enforce: each selects victims by policy; %(lim)s NULL is no limit.
+_SQL_EXPIRED = """
+SELECT id FROM entry_times WHERE stored_at <= %(cut)s ORDER BY stored_at, id LIMIT %(lim)s
+"""
+_SQL_OVER_TABLE = """
+SELECT id FROM (
+    SELECT id, last_hit, row_number() OVER (PARTITION BY pkey ORDER BY last_hit DESC, id DESC) AS r
+    FROM entry_times WHERE %(pkey)s::text IS NULL OR pkey = %(pkey)s
+) AS ranked WHERE r > %(max)s ORDER BY last_hit, id LIMIT %(lim)s
+"""
+_SQL_OVER_CACHE = """
+SELECT id FROM entry_times ORDER BY last_hit, id
+LIMIT least(%(lim)s, greatest(0, (SELECT count(*) FROM entry_times) - %(max)s))
+"""
+# The sum guard spares the sort of every row on the writes that are within the bound.
+_SQL_OVER_BYTES = """
+SELECT id FROM (
+    SELECT id, last_hit, sum(bytes) OVER (ORDER BY last_hit DESC, id DESC) AS kept
+    FROM entry_times WHERE (SELECT coalesce(sum(bytes), 0) FROM entry_times) > %(max)s
+) AS ranked WHERE kept > %(max)s ORDER BY last_hit, id LIMIT %(lim)s
+"""
+# Deletes the victims (bodies and times go with them) and names their tables for the counters.
+_SQL_EVICT = """
+WITH gone AS (DELETE FROM entries WHERE id IN ({victims}) RETURNING pkey)
+SELECT pkey, count(*) FROM gone GROUP BY pkey ORDER BY pkey
 """
 
 # OFFSET 0 is an optimisation fence: see the module docstring.
@@ -429,7 +490,8 @@ class PgBackend:
     def _ensure_schema(self, conn: psycopg.Connection[Any]) -> None:
         version = self._schema_version(conn)
         if version == SCHEMA_VERSION:
-            return  # the common case: no lock, one query
+            self._ensure_times(conn)
+            return  # the common case: no lock, two queries
         self._check_version(version)
         schema = sql.Identifier(self._schema)
         with conn.transaction():
@@ -442,7 +504,7 @@ class PgBackend:
             if version is None:
                 self._refuse_foreign_schema(conn)
                 conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-                for statement in _CREATE_V1:
+                for statement in [*_CREATE_V1, *_CREATE_TIMES]:
                     conn.execute(sql.SQL(statement).format(schema=schema))
                 version = 1
                 logger.info("created the llmcache schema %s in %s", self._schema, self._where)
@@ -458,6 +520,32 @@ class PgBackend:
                 ).format(schema),
                 (str(SCHEMA_VERSION),),
             )
+
+    def _ensure_times(self, conn: psycopg.Connection[Any]) -> None:
+        """Add ``entry_times`` to a schema made before it existed, filled from its entries."""
+
+        def exists() -> bool:
+            return (
+                conn.execute(
+                    "SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = 'entry_times'",
+                    (self._schema,),
+                ).fetchone()
+                is not None
+            )
+
+        if exists():
+            return
+        schema = sql.Identifier(self._schema)
+        with conn.transaction():
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"llmcache:schema:{self._schema}",),
+            )
+            if exists():
+                return
+            for statement in [*_CREATE_TIMES, _BACKFILL_TIMES]:
+                conn.execute(sql.SQL(statement).format(schema=schema))
+            logger.info("added entry times to the llmcache schema %s", self._schema)
 
     def _schema_version(self, conn: psycopg.Connection[Any]) -> int | None:
         """The version row of our schema; ``None`` when the schema has no llmcache tables."""
@@ -578,10 +666,11 @@ class PgBackend:
 
     # -- entries -----------------------------------------------------------------------------
 
-    def _row(self, entry: CacheEntry) -> dict[str, Any]:
+    def _row(self, entry: CacheEntry, now: float | None = None) -> dict[str, Any]:
         vector = entry.vector()
         self._checked_dim(int(vector.shape[0]), entry.embedder_id)
         partition = entry.partition
+        body = entry.model_dump_json(exclude={"id", "vector_b64"})
         return {
             "pkey": partition.key,
             "category": partition.category,
@@ -590,11 +679,14 @@ class PgBackend:
             "model": partition.model,
             "embedding": vector,
             # The vector lives in its own column; the body keeps the rest (the id is the row's).
-            "body": entry.model_dump_json(exclude={"id", "vector_b64"}),
+            "body": body,
+            "now": time.time() if now is None else float(now),
+            # What the embedded store would hold: the body and the vector's base64 text.
+            "bytes": len(body.encode("utf-8", "surrogatepass")) + len(entry.vector_b64),
         }
 
-    def add(self, entry: CacheEntry) -> int:
-        params = self._row(entry)
+    def add(self, entry: CacheEntry, *, now: float | None = None) -> int:
+        params = self._row(entry, now)
         # Not retried: if the connection dies after the server committed, a retry would store
         # the entry twice.
         with self._connection() as conn:
@@ -846,6 +938,144 @@ class PgBackend:
             # The body goes with it (ON DELETE CASCADE), in the same statement.
             conn.execute(
                 "DELETE FROM entries WHERE pkey = %s AND id = %s", (partition_key, entry_id)
+            )
+
+    # -- bounds (BoundedBackend) ------------------------------------------------------------
+
+    def _evict(
+        self, conn: psycopg.Connection[Any], victims: str, params: dict[str, Any], counter: str
+    ) -> int:
+        """Delete the entries a victim query selects and count them per table (in ``conn``'s
+        transaction: the counts commit with the deletes, and only what was deleted counts)."""
+        rows = conn.execute(_SQL_EVICT.format(victims=victims), params).fetchall()
+        for pkey, n in rows:
+            self._count_in(conn, str(pkey), counter, int(n))
+        return sum(int(n) for _, n in rows)
+
+    def _count_in(
+        self, conn: psycopg.Connection[Any], partition_key: str, counter: str, n: int
+    ) -> None:
+        """Add ``n`` to a table's counter inside ``conn``'s transaction."""
+        from ._ledger import stats_key  # the counters' key, as the ledger writes it
+
+        row = conn.execute(
+            "SELECT category, agent, params_hash, model FROM partitions WHERE pkey = %s",
+            (partition_key,),
+        ).fetchone()
+        key = (
+            stats_key(Partition(category=row[0], agent=row[1], params_hash=row[2], model=row[3]))
+            if row is not None
+            else partition_key
+        )
+        conn.execute(_SQL_ADD_STATS, {"key": key, "names": [counter], "values": [float(n)]})
+
+    def touch(self, partition_key: str, entry_id: int, now: float) -> None:
+        with self._connection() as conn:
+            conn.execute(
+                "UPDATE entry_times SET last_hit = greatest(last_hit, %s)"
+                " WHERE id = %s AND pkey = %s",
+                (float(now), entry_id, partition_key),
+            )
+
+    def expire(
+        self, partition_key: str, entry_ids: Sequence[int], now: float, ttl_seconds: float
+    ) -> list[int]:
+        if not entry_ids:
+            return []
+
+        def run(conn: psycopg.Connection[Any]) -> list[int]:
+            rows = conn.execute(
+                "SELECT id FROM entry_times WHERE pkey = %s AND id = ANY(%s) AND stored_at <= %s",
+                (partition_key, list(entry_ids), float(now) - ttl_seconds),
+            ).fetchall()
+            return [int(i) for (i,) in rows]
+
+        expired = self._read(run)
+        if not expired:
+            return []
+        with self._connection() as conn, conn.transaction():
+            # Only what this process's delete removed is counted (and returned).
+            rows = conn.execute(
+                "DELETE FROM entries WHERE pkey = %s AND id = ANY(%s) RETURNING id",
+                (partition_key, expired),
+            ).fetchall()
+            gone = [int(i) for (i,) in rows]
+            if gone:
+                self._count_in(conn, partition_key, "expired", len(gone))
+        return gone
+
+    def enforce(
+        self,
+        limits: Limits,
+        now: float,
+        *,
+        partition_key: str | None = None,
+        budget: int | None = None,
+    ) -> dict[str, int]:
+        counts = {"expired": 0, "evicted": 0}
+        if not limits.bounded:
+            return counts
+        lim = budget
+        with self._connection() as conn, conn.transaction():
+            # Enforcers take turns: each sees what the previous one left, so two processes
+            # writing at once evict the excess once, not twice.
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (f"llmcache:bounds:{self._schema}",),
+            )
+            if limits.ttl_seconds is not None:
+                counts["expired"] += self._evict(
+                    conn,
+                    _SQL_EXPIRED,
+                    {"cut": float(now) - limits.ttl_seconds, "lim": lim},
+                    "expired",
+                )
+            if limits.max_entries_per_table is not None:
+                counts["evicted"] += self._evict(
+                    conn,
+                    _SQL_OVER_TABLE,
+                    {"pkey": partition_key, "max": limits.max_entries_per_table, "lim": lim},
+                    "evicted",
+                )
+            if limits.max_entries is not None:
+                counts["evicted"] += self._evict(
+                    conn, _SQL_OVER_CACHE, {"max": limits.max_entries, "lim": lim}, "evicted"
+                )
+            if limits.max_bytes is not None:
+                counts["evicted"] += self._evict(
+                    conn, _SQL_OVER_BYTES, {"max": limits.max_bytes, "lim": lim}, "evicted"
+                )
+        return counts
+
+    def usage(self) -> tuple[int, int]:
+        def run(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+            row = conn.execute(
+                "SELECT count(*), coalesce(sum(bytes), 0) FROM entry_times"
+            ).fetchone()
+            return (int(row[0]), int(row[1])) if row else (0, 0)
+
+        return self._read(run)
+
+    def read_limits(self) -> Limits | None:
+        def run(conn: psycopg.Connection[Any]) -> Any:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'limits'").fetchone()
+            return None if row is None else row[0]
+
+        text = self._read(run)
+        if text is None:
+            return None
+        try:
+            return Limits.model_validate_json(text)
+        except (ValidationError, ValueError):
+            logger.warning("ignoring the damaged limits record in schema %s", self._schema)
+            return None
+
+    def write_limits(self, limits: Limits) -> None:
+        with self._connection() as conn:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('limits', %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (limits.model_dump_json(),),
             )
 
     def partitions(self) -> list[Partition]:

@@ -16,9 +16,11 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel
 
+from ._config import Limits
 from ._types import CacheEntry, CacheOptions, Candidate, Partition, Usage
 
 __all__ = [
+    "BoundedBackend",
     "CacheBackend",
     "Embedder",
     "EntryStore",
@@ -157,6 +159,56 @@ class CacheBackend(Protocol):
     def read_stats(self) -> dict[str, dict[str, float]]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class BoundedBackend(CacheBackend, Protocol):
+    """A backend that keeps each entry's times and size, so that a cache can be bounded.
+
+    Times are seconds on the cache's clock (wall time, or a simulation's), given by the caller.
+    Every eviction made here is counted in the table's counters by the process whose delete
+    removed the entry: ``evicted`` (for size) or ``expired`` (past its time to live).
+    Both embedded backends implement it; a backend that does not cannot take limits.
+    """
+
+    def add(self, entry: CacheEntry, *, now: float | None = None) -> int:
+        """Store an entry as stored and last hit at ``now`` (wall time when ``None``)."""
+        ...
+
+    def touch(self, partition_key: str, entry_id: int, now: float) -> None:
+        """Record a hit on an entry (its last-hit time never goes back)."""
+        ...
+
+    def expire(
+        self, partition_key: str, entry_ids: Sequence[int], now: float, ttl_seconds: float
+    ) -> list[int]:
+        """Evict those of ``entry_ids`` stored ``ttl_seconds`` or more before ``now``; return
+        their ids (counted as ``expired``)."""
+        ...
+
+    def enforce(
+        self,
+        limits: Limits,
+        now: float,
+        *,
+        partition_key: str | None = None,
+        budget: int | None = None,
+    ) -> dict[str, int]:
+        """Evict expired entries, then the least recently hit ones until every bound holds.
+
+        ``partition_key`` restricts the per-table bound to that table (the write path); at most
+        ``budget`` entries are evicted per kind (``None``: as many as it takes). Returns
+        ``{"expired": n, "evicted": m}``.
+        """
+        ...
+
+    def usage(self) -> tuple[int, int]:
+        """How many entries the cache holds, and their bytes."""
+        ...
+
+    def read_limits(self) -> Limits | None: ...
+
+    def write_limits(self, limits: Limits) -> None: ...
 
 
 class Validator(Protocol):

@@ -11,6 +11,14 @@ Layout of the keys (all values are JSON text or plain integers, never pickles)::
     n:{pkey}            how many entries the partition holds now (int)
     s:{pkey}            counters JSON, e.g. {"lookups": 12.0, "max_sim": 0.97}
     e:{pkey}:{id:012d}  CacheEntry JSON
+    limits              Limits JSON: the bounds recorded by the last cache opened with some
+
+Beside diskcache's own table, the same SQLite file holds ``llmcache_times``: one row per entry
+with the time it was stored, the time it was last hit (on the cache's clock) and its size in
+bytes, indexed by last hit. It is what bounds the cache: the least recently hit entries are
+found by that index, not by reading entries. Its rows are written and deleted in the same
+transaction as their entries; a directory made before it existed gets it on first open,
+filled from the entries present (stored and hit "now").
 
 diskcache is SQLite underneath, so one ``transact()`` is one SQLite write transaction: an
 entry, its id and the counters commit together or not at all, and every process that opens
@@ -30,6 +38,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +47,7 @@ from typing import Any
 import diskcache
 from pydantic import ValidationError
 
+from ._config import Limits
 from ._errors import CorruptEntryError, StoreError
 from ._ledger import stats_key
 from ._protocols import Manifest
@@ -51,6 +61,21 @@ _MANIFEST = "manifest"
 _PARTITIONS = "partitions"
 _STATS_KEYS = "stats:keys"
 _STORE_ID = "store_id"
+_LIMITS = "limits"
+
+_CREATE_TIMES = [
+    """CREATE TABLE IF NOT EXISTS llmcache_times (
+        pkey TEXT NOT NULL,
+        id INTEGER NOT NULL,
+        stored_at REAL NOT NULL,
+        last_hit REAL NOT NULL,
+        bytes INTEGER NOT NULL,
+        PRIMARY KEY (pkey, id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS llmcache_times_hit ON llmcache_times (last_hit, pkey, id)",
+    "CREATE INDEX IF NOT EXISTS llmcache_times_table_hit ON llmcache_times (pkey, last_hit, id)",
+    "CREATE INDEX IF NOT EXISTS llmcache_times_stored ON llmcache_times (stored_at)",
+]
 
 
 class _TextOnlyDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache has no type stubs
@@ -134,6 +159,7 @@ class DiskStore:
         except Exception as exc:
             raise StoreError(f"cannot open the cache store in {self._path}: {exc}") from exc
         self._store_id: str | None = None
+        self._ensure_times()
 
     @property
     def path(self) -> Path:
@@ -255,6 +281,204 @@ class DiskStore:
             logger.warning("could not write the rebuilt %r record", key, exc_info=True)
         return value
 
+    # -- entry times (bounds) ----------------------------------------------------------------
+
+    def _ensure_times(self) -> None:
+        """Create ``llmcache_times`` if this directory predates it, filled from the entries."""
+        sql = self._cache._sql  # diskcache's statement runner, on the same connection
+        try:
+            if sql(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'llmcache_times'"
+            ).fetchone():
+                return
+            with self._cache.transact():
+                if sql(  # another process may have made it while we waited for the lock
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'llmcache_times'"
+                ).fetchone():
+                    return
+                for statement in _CREATE_TIMES:
+                    sql(statement)
+                lo, hi = _key_range("e:")
+                rows = sql(
+                    "SELECT CAST(key AS BLOB), max(coalesce(size, 0),"
+                    " coalesce(length(CAST(value AS BLOB)), 0))"
+                    " FROM Cache WHERE raw = 1 AND key >= ? AND key < ?",
+                    (lo, hi),
+                ).fetchall()
+                now = time.time()
+                for raw_key, size in rows:
+                    pkey, _, suffix = bytes(raw_key).decode("utf-8", "replace")[2:].rpartition(":")
+                    if suffix.isdigit():
+                        sql(
+                            "INSERT OR IGNORE INTO llmcache_times VALUES (?, ?, ?, ?, ?)",
+                            (pkey, int(suffix), now, now, int(size)),
+                        )
+        except (diskcache.Timeout, sqlite3.Error) as exc:
+            raise StoreError(f"cannot prepare the cache store in {self._path}: {exc}") from exc
+
+    def touch(self, partition_key: str, entry_id: int, now: float) -> None:
+        """Record a hit: one small UPDATE of an indexed row, a transaction of its own."""
+        try:
+            self._cache._sql(
+                "UPDATE llmcache_times SET last_hit = max(last_hit, ?) WHERE pkey = ? AND id = ?",
+                (float(now), partition_key, entry_id),
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"could not record a hit in {self._path}: {exc}") from exc
+
+    def _evict_counted(self, victims: list[tuple[str, int]], counter: str) -> int:
+        """Delete entries and count them per table; call inside a transaction."""
+        per_table: dict[str, int] = {}
+        for pkey, entry_id in victims:
+            if self._delete(pkey, entry_id):
+                per_table[pkey] = per_table.get(pkey, 0) + 1
+            else:  # a times row whose entry is gone (damage): not an eviction to count
+                self._cache._sql(
+                    "DELETE FROM llmcache_times WHERE pkey = ? AND id = ?", (pkey, entry_id)
+                )
+        for pkey, n in per_table.items():
+            self.add_stats(self._stats_key(pkey), {counter: float(n)})
+        return sum(per_table.values())
+
+    def expire(
+        self, partition_key: str, entry_ids: list[int], now: float, ttl_seconds: float
+    ) -> list[int]:
+        """Evict those of ``entry_ids`` stored ``ttl_seconds`` or more before ``now``."""
+        if not entry_ids:
+            return []
+        marks = ",".join("?" * len(entry_ids))
+        query = (
+            f"SELECT id FROM llmcache_times WHERE pkey = ? AND id IN ({marks}) AND stored_at <= ?"
+        )
+        params = (partition_key, *entry_ids, float(now) - ttl_seconds)
+        try:
+            # A read first: a lookup takes the write lock only when something has expired.
+            if not self._cache._sql(query, params).fetchone():
+                return []
+            with self._cache.transact():
+                gone = [int(i) for (i,) in self._cache._sql(query, params).fetchall()]
+                self._evict_counted([(partition_key, i) for i in gone], "expired")
+        except (diskcache.Timeout, sqlite3.Error) as exc:
+            raise StoreError(f"could not expire entries in {self._path}: {exc}") from exc
+        return gone
+
+    def enforce(
+        self,
+        limits: Limits,
+        now: float,
+        *,
+        partition_key: str | None = None,
+        budget: int | None = None,
+    ) -> tuple[dict[str, int], list[tuple[str, int]]]:
+        """Evict expired entries, then the least recently hit until the bounds hold.
+
+        One write transaction: processes enforcing at once take turns, and each sees the
+        counts the previous one left, so together they evict exactly the excess. Returns the
+        counts and the ``(table, id)`` pairs evicted (for the in-memory indexes).
+        """
+        sql = self._cache._sql
+        cap = -1 if budget is None else budget  # SQLite: LIMIT -1 is no limit
+        gone: list[tuple[str, int]] = []
+        counts = {"expired": 0, "evicted": 0}
+
+        def pairs(rows: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
+            return [(str(p), int(i)) for p, i in rows]
+
+        try:
+            with self._cache.transact():
+                if limits.ttl_seconds is not None:
+                    victims = pairs(
+                        sql(
+                            "SELECT pkey, id FROM llmcache_times WHERE stored_at <= ?"
+                            " ORDER BY stored_at, id LIMIT ?",
+                            (float(now) - limits.ttl_seconds, cap),
+                        ).fetchall()
+                    )
+                    counts["expired"] += self._evict_counted(victims, "expired")
+                    gone += victims
+                victims = []
+                if limits.max_entries_per_table is not None:
+                    if partition_key is not None:
+                        tables = [partition_key]
+                    else:
+                        tables = [
+                            str(p)
+                            for (p,) in sql(
+                                "SELECT pkey FROM llmcache_times GROUP BY pkey HAVING count(*) > ?",
+                                (limits.max_entries_per_table,),
+                            ).fetchall()
+                        ]
+                    for pkey in tables:
+                        (n,) = sql(
+                            "SELECT count(*) FROM llmcache_times WHERE pkey = ?", (pkey,)
+                        ).fetchone()
+                        excess = int(n) - limits.max_entries_per_table
+                        if excess > 0:
+                            victims += pairs(
+                                sql(
+                                    "SELECT pkey, id FROM llmcache_times WHERE pkey = ?"
+                                    " ORDER BY last_hit, id LIMIT ?",
+                                    (pkey, excess if budget is None else min(excess, budget)),
+                                ).fetchall()
+                            )
+                    counts["evicted"] += self._evict_counted(victims, "evicted")
+                    gone += victims
+                if limits.max_entries is not None:
+                    (n,) = sql("SELECT count(*) FROM llmcache_times").fetchone()
+                    excess = int(n) - limits.max_entries
+                    if excess > 0:
+                        victims = pairs(
+                            sql(
+                                "SELECT pkey, id FROM llmcache_times ORDER BY last_hit, id LIMIT ?",
+                                (excess if budget is None else min(excess, budget),),
+                            ).fetchall()
+                        )
+                        counts["evicted"] += self._evict_counted(victims, "evicted")
+                        gone += victims
+                if limits.max_bytes is not None:
+                    (total,) = sql("SELECT total(bytes) FROM llmcache_times").fetchone()
+                    excess = int(total) - limits.max_bytes
+                    victims = []
+                    if excess > 0:
+                        cursor = sql(
+                            "SELECT pkey, id, bytes FROM llmcache_times ORDER BY last_hit, id"
+                        )
+                        for pkey, entry_id, size in cursor:
+                            if excess <= 0 or (budget is not None and len(victims) >= budget):
+                                break
+                            victims.append((str(pkey), int(entry_id)))
+                            excess -= int(size)
+                        cursor.close()
+                        counts["evicted"] += self._evict_counted(victims, "evicted")
+                        gone += victims
+        except (diskcache.Timeout, sqlite3.Error) as exc:
+            raise StoreError(f"could not evict entries in {self._path}: {exc}") from exc
+        return counts, gone
+
+    def usage(self) -> tuple[int, int]:
+        try:
+            n, total = self._cache._sql(
+                "SELECT count(*), total(bytes) FROM llmcache_times"
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the size of {self._path}: {exc}") from exc
+        return int(n), int(total)
+
+    def read_limits(self) -> Limits | None:
+        try:
+            text = self._read(_LIMITS)
+            return None if text is None else Limits.model_validate_json(text)
+        except (CorruptEntryError, ValidationError, ValueError, TypeError):
+            # Limits are a setting, not an answer: a damaged record is dropped, not fatal.
+            logger.warning("ignoring the damaged limits record of %s", self._path)
+            return None
+
+    def write_limits(self, limits: Limits) -> None:
+        try:
+            self._cache.set(_LIMITS, limits.model_dump_json())
+        except (diskcache.Timeout, sqlite3.Error) as exc:
+            raise StoreError(f"could not record the limits of {self._path}: {exc}") from exc
+
     # -- manifest -----------------------------------------------------------------------------
 
     def read_manifest(self) -> Manifest | None:
@@ -335,7 +559,7 @@ class DiskStore:
 
     # -- entries ------------------------------------------------------------------------------
 
-    def put(self, entry: CacheEntry) -> int:
+    def put(self, entry: CacheEntry, *, now: float | None = None) -> int:
         partition = entry.partition
         pkey = partition.key
         # Sealed with a checksum (which does not cover the id) so that damage inside valid
@@ -350,7 +574,13 @@ class DiskStore:
                 # entries present, which must not include this one yet.
                 count = self._int(f"n:{pkey}")
                 stored = sealed.model_copy(update={"id": entry_id})
-                self._cache.set(_entry_key(pkey, entry_id), stored.model_dump_json())
+                text = stored.model_dump_json()
+                self._cache.set(_entry_key(pkey, entry_id), text)
+                at = time.time() if now is None else float(now)
+                self._cache._sql(
+                    "INSERT OR REPLACE INTO llmcache_times VALUES (?, ?, ?, ?, ?)",
+                    (pkey, entry_id, at, at, len(text.encode("utf-8", "surrogatepass"))),
+                )
                 self._cache.set(f"seq:{pkey}", entry_id)
                 self._cache.set(f"n:{pkey}", count + 1)
                 if not self._partition_record_ok(pkey):
@@ -418,6 +648,9 @@ class DiskStore:
         # Read before the delete: a damaged record is recounted from the entries present,
         # which must still include this one.
         count = self._int(f"n:{partition_key}")
+        self._cache._sql(
+            "DELETE FROM llmcache_times WHERE pkey = ? AND id = ?", (partition_key, entry_id)
+        )
         if not self._cache.delete(_entry_key(partition_key, entry_id)):
             return False
         self._cache.set(f"n:{partition_key}", max(count - 1, 0))
