@@ -76,6 +76,11 @@ def test_quick_profile_reproduces_everything(tmp_path: Path) -> None:
     collect = load_result(CollectResult, out / "collect.json")
     assert len(collect.runs) == 3 and all(r.prompts_kept > 0 for r in collect.runs)
     assert all("smollm2" in r.llm for r in collect.runs)  # the real local model, not a double
+    # With per-query schemas the local model makes plans: the data holds plan-making prompts
+    # (and the report's per-category table says how each category was answered).
+    for category in ("initial plan generation", "plan decomposition"):
+        assert all(r.per_category.get(category, 0) > 0 for r in collect.runs), category
+    assert "| category | asked | valid at the first try |" in report
     corr = load_result(CorrelationResult, out / "correlation.json")
     assert set(corr.ratings) == {"reference", "llm"} or len(corr.ratings) == 2
     cost = load_result(CostResult, out / "cost.json")
