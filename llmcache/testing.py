@@ -322,11 +322,15 @@ class _FakeCore:
         self.api_key = "fake-key"
         self.base_url = "http://fake.invalid/v1"
 
-    def answer(self, kwargs: dict[str, Any]) -> ChatCompletion:
+    def _take(self, kwargs: dict[str, Any]) -> tuple[int, Any]:
+        """Record one request verbatim; its number and the responder's answer."""
         with self._lock:
             self.calls.append(kwargs)
             n = next(self._ids)
-        answer = self.responder(kwargs)
+        return n, self.responder(kwargs)
+
+    def answer(self, kwargs: dict[str, Any]) -> ChatCompletion:
+        n, answer = self._take(kwargs)
         if isinstance(answer, ChatCompletion):
             return answer
         if isinstance(answer, Response):
@@ -379,10 +383,7 @@ class _FakeCore:
 
     def respond(self, kwargs: dict[str, Any]) -> Response:
         """``responses.create``: the answer as the text of one output message."""
-        with self._lock:
-            self.calls.append(kwargs)
-            n = next(self._ids)
-        answer = self.responder(kwargs)
+        n, answer = self._take(kwargs)
         if isinstance(answer, Response):
             return answer
         if isinstance(answer, ChatCompletion):

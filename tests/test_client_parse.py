@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from client_support import make, opts
 from openai.lib._parsing import type_to_response_format_param
 from openai.types.chat import ParsedChatCompletion
 from pydantic import BaseModel
 
 from llmcache import (
     AsyncCachedLLM,
-    CacheConfig,
-    CachedLLM,
-    CacheOptions,
     ConfigurationError,
     Mode,
     SemanticCache,
@@ -32,19 +29,6 @@ MSGS = [
 
 class Score(BaseModel):
     score: int
-
-
-def make(tmp_path: Path, fake: FakeOpenAI, **config: Any) -> CachedLLM:
-    cache = SemanticCache(
-        tmp_path / "c", embedder=HashEmbedder(dim=64), config=CacheConfig(**config)
-    )
-    return CachedLLM(fake, cache=cache, recorder=tmp_path / "rec.jsonl")
-
-
-def opts(**kw: Any) -> CacheOptions:
-    base: dict[str, Any] = {"category": "importance", "agent": "Liam", "keywords": ["tree idle"]}
-    base.update(kw)
-    return CacheOptions(**base)
 
 
 def test_parse_miss_is_the_sdks_own_call_and_a_hit_is_a_parsed_completion(

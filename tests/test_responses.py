@@ -8,14 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from client_support import make, opts
 from openai.types.responses import ParsedResponse, Response
 from pydantic import BaseModel
 
 from llmcache import (
     AsyncCachedLLM,
-    CacheConfig,
-    CachedLLM,
-    CacheOptions,
     CategoryPolicy,
     ConfigurationError,
     EmbedMode,
@@ -43,19 +41,6 @@ def _schema(name: str, maximum: int) -> dict[str, Any]:
         "additionalProperties": False,
     }
     return {"format": {"type": "json_schema", "name": name, "schema": schema, "strict": True}}
-
-
-def make(tmp_path: Path, fake: FakeOpenAI, **config: Any) -> CachedLLM:
-    cache = SemanticCache(
-        tmp_path / "c", embedder=HashEmbedder(dim=64), config=CacheConfig(**config)
-    )
-    return CachedLLM(fake, cache=cache, recorder=tmp_path / "rec.jsonl")
-
-
-def opts(**kw: Any) -> CacheOptions:
-    base: dict[str, Any] = {"category": "importance", "agent": "Liam", "keywords": ["tree idle"]}
-    base.update(kw)
-    return CacheOptions(**base)
 
 
 def test_create_miss_goes_out_verbatim_and_a_hit_is_a_real_response(tmp_path: Path) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from client_support import make
+from client_support import opts as base_opts
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import BaseModel
 
 from llmcache import (
     AsyncCachedLLM,
-    CacheConfig,
-    CachedLLM,
     CacheOptions,
     CategoryPolicy,
     ConfigurationError,
@@ -38,17 +38,8 @@ class Score(BaseModel):
     score: int
 
 
-def make(tmp_path: Path, fake: FakeOpenAI, **config: Any) -> CachedLLM:
-    cache = SemanticCache(
-        tmp_path / "c", embedder=HashEmbedder(dim=64), config=CacheConfig(**config)
-    )
-    return CachedLLM(fake, cache=cache, recorder=tmp_path / "rec.jsonl")
-
-
 def opts(**kw: Any) -> CacheOptions:
-    base: dict[str, Any] = {"category": "greeting", "agent": "Isabella", "keywords": ["menu"]}
-    base.update(kw)
-    return CacheOptions(**base)
+    return base_opts(**{"category": "greeting", "agent": "Isabella", "keywords": ["menu"], **kw})
 
 
 def _text(chunks: list[ChatCompletionChunk]) -> str:
