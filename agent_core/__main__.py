@@ -6,7 +6,9 @@
     python -m agent_core templates
 
 ``--llm`` is ``scripted`` (the deterministic test double, the default), ``local`` (llmcache's
-local server), ``openai`` (``OPENAI_API_KEY``) or the base URL of any OpenAI-compatible server.
+local server), ``openai`` (``OPENAI_API_KEY``) or the base URL of any OpenAI-compatible server
+(``--model`` names its model; a key, if it needs one, comes from ``LLMCACHE_API_KEY``). Every
+spec but ``scripted`` is decided by ``llmcache.llm.open_llm``, with its default models.
 The JSONL dataset has one line per call (``kind == "call"``) and one per refused answer
 (``kind == "invalid_attempt"``, ``resubmission: true``); a summary JSON is written beside it.
 """
@@ -17,12 +19,11 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from llmcache import Embedder, EmbedMode, Mode
+from llmcache import ConfigurationError, Embedder, EmbedMode, Mode
 
 from .config import SimConfig
 from .llm import open_town_llm
@@ -33,34 +34,26 @@ from .world import load_world
 
 
 def _client(args: argparse.Namespace, stack: contextlib.ExitStack) -> tuple[Any, str, str | None]:
-    """The OpenAI-compatible client, the model name and the superior model for ``--llm``.
+    """The OpenAI-compatible client, the model name and the model to escalate to for ``--llm``.
 
-    A local server is entered on ``stack``, so it is stopped by PID however the run ends.
+    ``scripted`` is the town's own test double; every other spec is decided by llmcache's
+    runtime (:func:`llmcache.llm.open_llm`, with its defaults). A local server is entered on
+    ``stack``, so it is stopped by PID however the run ends.
     """
-    kind: str = args.llm
-    if kind == "scripted":
+    if args.llm == "scripted":
         from .testing import ScriptedLLM
 
         client = ScriptedLLM(seed=args.seed, malformed_rate=args.malformed_rate)
         return client, args.model or "scripted", args.superior_model or "gpt-4o"
-    if kind == "local":
-        from llmcache.local import DEFAULT_MODEL, LocalServer
+    from llmcache.llm import open_llm
 
-        server = stack.enter_context(
-            LocalServer(args.model or DEFAULT_MODEL, superior_model=args.superior_model)
+    try:
+        llm = stack.enter_context(
+            open_llm(args.llm, model=args.model, superior_model=args.superior_model)
         )
-        superior = None if server.same_tier else server.superior_model
-        return server.client(), server.model, superior
-    from openai import OpenAI
-
-    if kind == "openai":
-        if not os.environ.get("OPENAI_API_KEY"):
-            sys.exit("--llm openai needs OPENAI_API_KEY in the environment")
-        return OpenAI(), args.model or "gpt-4o-mini", args.superior_model or "gpt-4o"
-    if kind.startswith(("http://", "https://")):
-        key = os.environ.get("OPENAI_API_KEY", "not-needed")
-        return OpenAI(base_url=kind, api_key=key), args.model or "default", args.superior_model
-    sys.exit(f"--llm must be scripted, local, openai or a base URL, not {kind!r}")
+    except ConfigurationError as exc:
+        sys.exit(f"--llm {args.llm}: {exc}")
+    return llm.client, llm.backend.model, llm.backend.escalation_model
 
 
 def _embedder(name: str) -> Embedder:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcache.local import MODELS, LocalServer, find_model
+from llmcache.llm import MODELS, LocalServer, find_model
 
 Prompt = dict[str, Any]
 Mix = Callable[[int, int, int], list[Prompt]]

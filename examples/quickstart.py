@@ -7,7 +7,7 @@ OPENAI_API_KEY, swap ``server.client()`` for ``OpenAI()`` and the model for "gpt
 from pydantic import BaseModel, Field
 
 from llmcache import CachedLLM, CacheOptions
-from llmcache.local import LocalServer
+from llmcache.llm import LocalServer
 
 
 class Importance(BaseModel):

@@ -5,8 +5,9 @@
     python -m experiments saturation --profile quick     # one experiment (runs cached)
     python -m experiments report --profile quick         # figures + report.md from the JSONs
 
-The LLM is chosen as everywhere in llmcache (``LLMCACHE_LLM``, ``LLMCACHE_BASE_URL``, ...;
-default: the bundled local models, no network). Results go to ``results/<profile>/``.
+The LLM is chosen as everywhere in llmcache, by ``llmcache.llm.open_llm`` (``LLMCACHE_LLM``,
+``LLMCACHE_BASE_URL``, ...; default: the bundled local models, no network). Results go to
+``results/<profile>/``.
 """
 
 from __future__ import annotations

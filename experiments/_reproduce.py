@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from llmcache import Embedder, LLMConnection, resolve_llm_backend
+from llmcache import Embedder
+from llmcache.llm import LLMConnection, open_llm
 
 from ._collect import collect, run_paths
 from ._cost_study import cost_study
@@ -88,7 +89,7 @@ class Study:
     @property
     def conn(self) -> LLMConnection:
         if self._conn is None:
-            self._conn = resolve_llm_backend().connect().open()
+            self._conn = open_llm()
         return self._conn
 
     @property
@@ -166,7 +167,7 @@ class Study:
             self.out,
             client=self.conn.client,
             model=b.model,
-            superior_model=None if b.same_tier else b.superior_model,
+            superior_model=b.escalation_model,
             llm_report=b.report(),
             embedder=self.embedder,
             progress=self.progress,

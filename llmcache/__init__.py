@@ -5,6 +5,9 @@
 >>> client.chat.completions.create(model="gpt-4o-mini", messages=msgs,
 ...     cache=CacheOptions(category="importance", agent="Liam Oliver",
 ...                        keywords=["Tree in Victoria Park is Idle"]))  # doctest: +SKIP
+
+The LLM runtime -- a local llama.cpp server, and the choice between it, OpenAI and any
+OpenAI-compatible URL -- is the subpackage :mod:`llmcache.llm`; the cache never imports it.
 """
 
 from __future__ import annotations
@@ -21,13 +24,11 @@ from ._errors import (
     EmbedderMismatchError,
     InvalidResponseError,
     LLMCacheError,
-    LocalServerError,
     StoreError,
 )
 from ._index import ExactIndex, HnswIndex
 from ._keys import embedding_text, messages_text
 from ._ledger import CacheStats, Price, PriceTable, TableStats
-from ._llm_config import LLMBackend, LLMConnection, LLMKind, connect_llm, resolve_llm_backend
 from ._modifiers import Choose, Read, Revise
 from ._pg import PgBackend
 from ._protocols import (
@@ -56,7 +57,6 @@ from ._types import (
     Similarity,
     Usage,
 )
-from .local import LocalServer
 
 __version__ = "0.1.0"
 
@@ -85,14 +85,9 @@ __all__ = [
     "FilledPrompt",
     "HnswIndex",
     "InvalidResponseError",
-    "LLMBackend",
     "LLMCacheError",
-    "LLMConnection",
-    "LLMKind",
     "Limits",
     "LocalBackend",
-    "LocalServer",
-    "LocalServerError",
     "Manifest",
     "MemoEmbedder",
     "MiniLMEmbedder",
@@ -117,10 +112,8 @@ __all__ = [
     "Validator",
     "VectorIndex",
     "__version__",
-    "connect_llm",
     "embedding_text",
     "messages_text",
     "read_records",
-    "resolve_llm_backend",
     "transfer",
 ]

@@ -84,7 +84,9 @@ def _partitions(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve":
-        from ._serve import serve_main
+        # The LLM runtime is imported only by the command that runs it: the cache's own
+        # commands never load it.
+        from .llm._serve import serve_main
 
         code: int = serve_main(argv[1:])
         return code

@@ -12,7 +12,8 @@ can catch the whole family with one ``except``::
     │   └── CorruptEntryError       one stored entry is damaged: undecodable, failing its
     │                               checksum, or its value file gone (a counted miss; evicted)
     ├── InvalidResponseError        the LLM answered invalidly after every retry and escalation
-    └── LocalServerError            the local OpenAI-compatible server could not start or is missing
+    └── LocalServerError            (``llmcache.llm``, the LLM runtime) the local OpenAI-compatible
+                                    server could not start or is missing
 
 Errors raised by the wrapped ``openai`` client (``openai.APIError`` and friends) pass through
 unchanged: llmcache never hides or rewraps the provider's own failures.
@@ -33,7 +34,6 @@ __all__ = [
     "EmbedderMismatchError",
     "InvalidResponseError",
     "LLMCacheError",
-    "LocalServerError",
     "StoreError",
 ]
 
@@ -87,7 +87,3 @@ class InvalidResponseError(LLMCacheError):
         # What the refused attempts spent (an llmcache Usage): spent all the same.
         self.usage = usage
         self.cost_usd = cost_usd
-
-
-class LocalServerError(LLMCacheError):
-    """The local LLM server binary or weights are missing, or the server did not become healthy."""

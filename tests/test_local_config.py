@@ -17,20 +17,25 @@ from pathlib import Path
 
 import pytest
 
-from llmcache import local
-from llmcache._errors import ConfigurationError, LocalServerError
-from llmcache._llm_config import LLMKind, connect_llm, resolve_llm_backend
-from llmcache._serve import serve_main
-from llmcache.local import (
+from llmcache import ConfigurationError
+from llmcache.llm import (
     DEFAULT_MODEL,
     DEFAULT_SUPERIOR_MODEL,
     MODELS,
+    LLMKind,
     LocalModel,
     LocalServer,
+    LocalServerError,
     WeightsPackage,
+    _defaults,
+    _models,
+    _server,
     find_llama_server,
     find_model,
+    open_llm,
+    resolve_llm_backend,
 )
+from llmcache.llm._serve import serve_main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -154,6 +159,15 @@ def test_config_file_then_environment_then_arguments(tmp_path: Path) -> None:
     assert resolve_llm_backend(env=env, model="from-args").source.endswith("arguments")
 
 
+def test_the_selection_docstring_examples_run() -> None:
+    import doctest
+
+    from llmcache.llm import _config
+
+    result = doctest.testmod(_config)
+    assert result.attempted >= 3 and result.failed == 0
+
+
 def test_config_file_rejects_unknown_keys(tmp_path: Path) -> None:
     config = tmp_path / "llm.toml"
     config.write_text('[llm]\nmodle = "typo"\n', encoding="utf-8")
@@ -165,18 +179,57 @@ def test_url_connection_builds_a_plain_openai_client(monkeypatch: pytest.MonkeyP
     import openai
 
     monkeypatch.setenv("LLMCACHE_API_KEY", "sk-remote")
-    connection = connect_llm(
-        env={"LLMCACHE_BASE_URL": "http://127.0.0.1:9/v1", "LLMCACHE_MODEL": "m"}
-    )
+    env = {"LLMCACHE_BASE_URL": "http://127.0.0.1:9/v1", "LLMCACHE_MODEL": "m"}
     with pytest.raises(ConfigurationError, match="with"):
-        _ = connection.client
-    with connection as llm:
+        _ = resolve_llm_backend(env=env).connect().client  # not opened yet
+    with open_llm(env=env) as llm:
         assert isinstance(llm.client, openai.OpenAI)
         assert str(llm.client.base_url).startswith("http://127.0.0.1:9/v1")
         assert llm.client.api_key == "sk-remote"
         assert llm.server is None
     with pytest.raises(ConfigurationError):
-        _ = connection.client
+        _ = llm.client  # closed with the block
+
+
+def test_open_llm_takes_a_base_url_as_its_spec() -> None:
+    with open_llm("https://llm.example/v1", model="qwen", env={}) as llm:
+        assert llm.backend.kind is LLMKind.URL
+        assert str(llm.client.base_url).startswith("https://llm.example/v1")
+        assert (llm.backend.model, llm.backend.superior_model) == ("qwen", "qwen")
+        assert llm.backend.escalation_model is None  # the same model again is no escalation
+    with open_llm("http://127.0.0.1:9/v1", model="m", superior_model="big", env={}) as llm:
+        assert llm.backend.escalation_model == "big"
+
+
+def test_open_llm_refuses_what_cannot_work() -> None:
+    with pytest.raises(ConfigurationError, match="local, openai, url"):
+        open_llm("anthropic", env={})
+    with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
+        open_llm("openai", env={})
+    with pytest.raises(ConfigurationError, match="LLMCACHE_MODEL"):
+        open_llm("http://127.0.0.1:9/v1", env={})  # a URL's model has no default
+
+
+def test_open_llm_openai_tiers_come_from_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    with open_llm("openai", env={"OPENAI_API_KEY": "sk-test-not-used"}) as llm:
+        assert llm.backend.kind is LLMKind.OPENAI and llm.server is None
+        assert (llm.backend.model, llm.backend.escalation_model) == (
+            _defaults.OPENAI_DEFAULT_MODEL,
+            _defaults.OPENAI_DEFAULT_SUPERIOR_MODEL,
+        )
+        assert llm.client.api_key == "sk-test-not-used"
+
+
+def test_local_defaults_are_one_set() -> None:
+    # The server, the resolved settings and the registry agree: one place sets them.
+    settings = resolve_llm_backend(env={}).local
+    assert settings is not None
+    server = LocalServer(superior_model=DEFAULT_SUPERIOR_MODEL)
+    assert server.model == settings.model_ref == DEFAULT_MODEL
+    assert server.parallel_of() == settings.parallel == _defaults.DEFAULT_PARALLEL
+    assert server.parallel_of(DEFAULT_SUPERIOR_MODEL) == settings.superior_parallel
+    assert {DEFAULT_MODEL, DEFAULT_SUPERIOR_MODEL} <= set(MODELS)
 
 
 # ----------------------------------------------------------------------------- the binary
@@ -185,7 +238,7 @@ def test_url_connection_builds_a_plain_openai_client(monkeypatch: pytest.MonkeyP
 def test_missing_binary_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LLMCACHE_LLAMA_SERVER", raising=False)
     monkeypatch.setenv("PATH", "")
-    monkeypatch.setattr(local, "_module_dir", lambda module: None)  # fault: not installed
+    monkeypatch.setattr(_server, "_module_dir", lambda module: None)  # fault: not installed
     with pytest.raises(LocalServerError) as caught:
         find_llama_server()
     message = str(caught.value)
@@ -204,8 +257,8 @@ def test_shared_library_links_are_made_once(tmp_path: Path) -> None:
     (tmp_path / "_symlinks.json").write_text(
         json.dumps({"libx.so.0": "libx.so.0.1.0", "libx.so": "libx.so.0"}), encoding="utf-8"
     )
-    local._link_shared_libraries(tmp_path)
-    local._link_shared_libraries(tmp_path)  # idempotent
+    _server._link_shared_libraries(tmp_path)
+    _server._link_shared_libraries(tmp_path)  # idempotent
     assert os.readlink(tmp_path / "libx.so.0") == "libx.so.0.1.0"
     assert (tmp_path / "libx.so").resolve() == (tmp_path / "libx.so.0.1.0").resolve()
 
@@ -293,7 +346,7 @@ def test_chunked_weights_with_a_wrong_hash_are_refused(
 
 def test_install_script_pins_match_the_registry() -> None:
     script = REPO / "scripts" / "install_llm.sh"
-    assert f'RUNTIME_REQUIREMENT="{local.LLAMA_SERVER_REQUIREMENT}"' in script.read_text()
+    assert f'RUNTIME_REQUIREMENT="{_models.LLAMA_SERVER_REQUIREMENT}"' in script.read_text()
     for name, spec in MODELS.items():
         listed = subprocess.run(
             ["bash", str(script), "--print-requirements", name],

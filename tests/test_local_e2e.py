@@ -33,11 +33,11 @@ from agent_core import CATEGORIES, Simulation, TownCall, TownLLM, template
 from agent_core.llm import cache_config
 from agent_core.testing import ScriptedLLM
 from llmcache import CachedLLM, Mode, RecordedCall, Recorder, SemanticCache, read_records
-from llmcache._errors import LocalServerError
-from llmcache.local import (
+from llmcache.llm import (
     DEFAULT_MODEL,
     DEFAULT_SUPERIOR_MODEL,
     LocalServer,
+    LocalServerError,
     find_llama_server,
     find_model,
 )

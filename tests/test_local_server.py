@@ -17,9 +17,14 @@ from pathlib import Path
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from llmcache._errors import LocalServerError
-from llmcache._llm_config import connect_llm
-from llmcache.local import DEFAULT_SUPERIOR_MODEL, LocalServer, find_llama_server, find_model
+from llmcache.llm import (
+    DEFAULT_SUPERIOR_MODEL,
+    LocalServer,
+    LocalServerError,
+    find_llama_server,
+    find_model,
+    open_llm,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +143,8 @@ def test_serve_command_stops_the_server_on_ctrl_c() -> None:
     command = [
         sys.executable,
         "-c",
-        "import sys; from llmcache._serve import serve_main; sys.exit(serve_main(sys.argv[1:]))",
+        "import sys; from llmcache.llm._serve import serve_main; "
+        "sys.exit(serve_main(sys.argv[1:]))",
         "--model",
         MODEL,
         "--single",
@@ -174,7 +180,7 @@ def _superior_missing() -> str | None:
     _superior_missing() is not None, reason=f"superior model not installed: {_superior_missing()}"
 )
 def test_default_backend_routes_each_tier_to_its_model() -> None:
-    with connect_llm(env={}) as llm:
+    with open_llm(env={}) as llm:
         backend = llm.backend
         assert not backend.same_tier
         assert llm.server is not None and llm.server.model_status()[backend.model] == "loaded"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+from pathlib import Path
 
 import llmcache
+import llmcache.llm
 from llmcache import CacheOptions, LLMCacheError
 from llmcache._keys import partition_for
 
@@ -25,7 +28,7 @@ def test_every_error_derives_from_the_one_root() -> None:
         for n in llmcache.__all__
         if inspect.isclass(getattr(llmcache, n)) and issubclass(getattr(llmcache, n), Exception)
     ]
-    assert len(errors) == 8
+    assert len(errors) == 7
     assert all(issubclass(e, LLMCacheError) for e in errors)
     # The tree in the root's module docstring names every one of them.
     doc = inspect.getmodule(LLMCacheError).__doc__ or ""  # type: ignore[union-attr]
@@ -65,4 +68,81 @@ def test_nothing_outside_llmcache_imports_its_private_modules() -> None:
             if path.suffix in {".py", ".ipynb"} and private.search(path.read_text("utf-8")):
                 offenders.append(str(path.relative_to(root)))
     assert (root / "experiments" / "_evaluate.py").exists()  # the scan looks where the code is
+    assert offenders == []
+
+
+def test_the_llm_runtime_has_its_own_public_surface() -> None:
+    runtime = llmcache.llm
+    assert len(set(runtime.__all__)) == len(runtime.__all__)  # ruff keeps it sorted (RUF022)
+    for name in runtime.__all__:
+        obj = getattr(runtime, name)
+        module = getattr(obj, "__module__", "llmcache.llm")
+        assert module.startswith("llmcache.llm"), (name, module)
+    errors = [
+        obj
+        for obj in (getattr(runtime, n) for n in runtime.__all__)
+        if inspect.isclass(obj) and issubclass(obj, Exception)
+    ]
+    assert [e.__name__ for e in errors] == ["LocalServerError"]
+    # Its errors hang from the one root, and the root's tree names them.
+    assert all(issubclass(e, LLMCacheError) for e in errors)
+    doc = inspect.getmodule(LLMCacheError).__doc__ or ""  # type: ignore[union-attr]
+    assert all(e.__name__ in doc for e in errors)
+
+
+def _imported_modules(tree: ast.AST, package: str) -> list[tuple[str, bool]]:
+    """Every module an import statement names, resolved against ``package``, and whether the
+    statement runs at import time (module level) rather than inside a function."""
+    inside_functions: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside_functions.update(id(child) for child in ast.walk(node) if child is not node)
+    found: list[tuple[str, bool]] = []
+    for node in ast.walk(tree):
+        at_import_time = id(node) not in inside_functions
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, at_import_time) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            # `from llmcache import llm` names the runtime through its parent.
+            found.extend((f"{base}.{alias.name}", at_import_time) for alias in node.names)
+            found.append((base, at_import_time))
+    return found
+
+
+def test_the_cache_core_never_imports_the_llm_runtime() -> None:
+    # One distribution, one import root, one direction: `llmcache.llm` uses the cache's public
+    # names; the cache (llmcache/_*.py, llmcache/__init__.py, llmcache/testing.py) never
+    # imports the runtime. The command line may, inside the one command that runs the server.
+    root = Path(llmcache.__file__).resolve().parent
+    core = sorted(p for p in root.glob("*.py"))
+    assert {"__init__.py", "_core.py", "__main__.py"} <= {p.name for p in core}
+    offenders = []
+    for path in core:
+        imports = _imported_modules(ast.parse(path.read_text("utf-8")), "llmcache")
+        for module, at_import_time in imports:
+            runtime = module == "llmcache.llm" or module.startswith("llmcache.llm.")
+            if runtime and (at_import_time or path.name != "__main__.py"):
+                offenders.append(f"{path.name}: {module}")
+    assert offenders == []
+    # The scan does see imports: the CLI's lazy one, and the runtime's own imports of the core.
+    main = _imported_modules(ast.parse((root / "__main__.py").read_text("utf-8")), "llmcache")
+    assert ("llmcache.llm._serve", False) in main
+    runtime = _imported_modules(
+        ast.parse((root / "llm" / "_config.py").read_text("utf-8")), "llmcache.llm"
+    )
+    assert ("llmcache", True) in runtime
+
+
+def test_the_llm_runtime_uses_only_the_caches_public_names() -> None:
+    root = Path(llmcache.llm.__file__).resolve().parent
+    offenders = [
+        f"{path.name}: {module}"
+        for path in sorted(root.glob("*.py"))
+        for module, _ in _imported_modules(ast.parse(path.read_text("utf-8")), "llmcache.llm")
+        if module.startswith("llmcache._")
+    ]
     assert offenders == []

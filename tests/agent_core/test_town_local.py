@@ -14,7 +14,14 @@ import pytest
 
 from agent_core import Requirements, TownLLM, open_town_llm
 from agent_core.templates import FINDING_LOCATION, IMPORTANCE
-from llmcache import LocalServerError, Mode, read_records
+from llmcache import Mode, read_records
+from llmcache.llm import (
+    DEFAULT_MODEL,
+    LocalServer,
+    LocalServerError,
+    find_llama_server,
+    find_model,
+)
 from llmcache.testing import HashEmbedder
 
 pytestmark = pytest.mark.slow
@@ -24,13 +31,12 @@ BLOCK = "Name: Ethan Wilson (age 24, male)\nCurrently: Ethan works at Fresh Groc
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Any]:
-    local = pytest.importorskip("llmcache.local")
     try:
-        local.find_llama_server()
-        local.find_model(local.DEFAULT_MODEL)
+        find_llama_server()
+        find_model(DEFAULT_MODEL)
     except LocalServerError as exc:
         pytest.skip(f"local LLM not installed: {exc}")
-    with local.LocalServer(parallel=1, ctx_per_slot=2048) as running:
+    with LocalServer(parallel=1, ctx_per_slot=2048) as running:
         yield running
 
 

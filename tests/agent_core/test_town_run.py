@@ -147,3 +147,27 @@ def test_command_line_lists_templates(capsys: pytest.CaptureFixture[str]) -> Non
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 14
     assert {r["modifier"] for r in rows} == {"read", "choose", "revise", "bypass"}
+
+
+def test_command_line_leaves_every_spec_but_scripted_to_llmcache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+    import contextlib
+
+    from agent_core.__main__ import _client
+
+    for name in ("LLMCACHE_CONFIG", "LLMCACHE_MODEL", "LLMCACHE_SUPERIOR_MODEL", "LLMCACHE_LLM"):
+        monkeypatch.delenv(name, raising=False)
+    out = str(tmp_path / "x.jsonl")
+    # llmcache's own refusals, named after the option that carried them.
+    with pytest.raises(SystemExit, match=r"--llm anthropic: .*local, openai, url"):
+        main(["run", "--days", "0.1", "--llm", "anthropic", "--embedder", "hash", "--out", out])
+    with pytest.raises(SystemExit, match="LLMCACHE_MODEL"):
+        main(["run", "--days", "0.1", "--llm", "http://127.0.0.1:9/v1", "--embedder", "hash",
+              "--out", out])  # fmt: skip
+    args = argparse.Namespace(llm="http://127.0.0.1:9/v1", model="m", superior_model=None)
+    with contextlib.ExitStack() as stack:
+        client, model, superior = _client(args, stack)
+        assert str(client.base_url).startswith("http://127.0.0.1:9/v1")
+        assert (model, superior) == ("m", None)  # one model: nothing to escalate to

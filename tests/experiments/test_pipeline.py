@@ -22,7 +22,7 @@ from experiments._report import write_report
 from experiments._reproduce import EXPERIMENTS, Study, reproduce
 from experiments._results import CollectResult, CostResult, load_result
 from llmcache import RecordedCall, Recorder
-from llmcache._llm_config import LLMBackend, LLMKind
+from llmcache.llm import LLMBackend, LLMKind
 from llmcache.testing import HashEmbedder
 
 

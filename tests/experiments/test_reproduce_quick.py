@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from experiments._results import CollectResult, CorrelationResult, CostResult, load_result
-from llmcache._errors import LocalServerError
-from llmcache.local import DEFAULT_MODEL, find_llama_server, find_model
+from llmcache.llm import DEFAULT_MODEL, LocalServerError, find_llama_server, find_model
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,12 @@ import signal
 import sys
 from types import FrameType
 
-from ._errors import ConfigurationError, LocalServerError
-from ._llm_config import LLMKind, resolve_llm_backend
-from .local import MODELS, LocalServer
+from .. import ConfigurationError
+from ._config import LLMKind, resolve_llm_backend
+from ._defaults import DEFAULT_CTX_PER_SLOT, DEFAULT_PARALLEL
+from ._errors import LocalServerError
+from ._models import MODELS
+from ._server import LocalServer
 
 __all__ = ["serve_main"]
 
@@ -30,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Start llama.cpp's llama-server on 127.0.0.1 with the default and superior models "
             "and keep it running until Ctrl-C. Defaults come from LLMCACHE_MODEL, "
-            "LLMCACHE_SUPERIOR_MODEL and LLMCACHE_LOCAL_* (see llmcache._llm_config)."
+            "LLMCACHE_SUPERIOR_MODEL and LLMCACHE_LOCAL_* (see llmcache.llm.resolve_llm_backend)."
         ),
     )
     known = ", ".join(MODELS)
@@ -41,8 +44,12 @@ def _parser() -> argparse.ArgumentParser:
         "--preload-superior", action="store_true", help="load the superior model at start"
     )
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
-    parser.add_argument("--parallel", type=int, help="slots of the default model (default 4)")
-    parser.add_argument("--ctx", type=int, help="context tokens per slot (default 4096)")
+    parser.add_argument(
+        "--parallel", type=int, help=f"slots of the default model (default {DEFAULT_PARALLEL})"
+    )
+    parser.add_argument(
+        "--ctx", type=int, help=f"context tokens per slot (default {DEFAULT_CTX_PER_SLOT})"
+    )
     parser.add_argument(
         "--threads", type=_threads, help="llama.cpp threads, or 'auto' (default: all cores but one)"
     )

