@@ -111,6 +111,45 @@ def test_schema_constrained_answer_parses(server: LocalServer) -> None:
     assert server.start_seconds is not None and server.start_seconds < 60
 
 
+IMPORTANCE_SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 10}},
+    "required": ["score"],
+    "additionalProperties": False,
+}
+
+
+@needs_server
+def test_json_answers_end_where_their_json_ends(server: LocalServer) -> None:
+    """llama.cpp's grammar allows whitespace after the object; the server's client stops there.
+
+    A plain client (no end bias) on the same prompt shows what the bias saves: the same JSON,
+    followed by whitespace up to ``max_tokens``.
+    """
+    import openai
+
+    kwargs: dict[str, object] = {
+        "model": server.model,
+        "messages": MESSAGES,
+        "temperature": 0,
+        "max_tokens": 30,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "importance", "schema": IMPORTANCE_SCHEMA, "strict": True},
+        },
+    }
+    ended = server.client().chat.completions.create(**kwargs)  # type: ignore[call-overload]
+    plain_client = server.client(http_client=openai.DefaultHttpxClient())
+    plain = plain_client.chat.completions.create(**kwargs)  # type: ignore[call-overload]
+
+    assert ended.choices[0].finish_reason == "stop"
+    content = ended.choices[0].message.content
+    assert content is not None and content == content.strip()
+    assert json.loads(content) == json.loads(plain.choices[0].message.content or "null")
+    assert ended.usage is not None and plain.usage is not None
+    assert ended.usage.completion_tokens <= plain.usage.completion_tokens
+
+
 @needs_server
 def test_unknown_model_names_are_rejected(server: LocalServer) -> None:
     import openai

@@ -65,7 +65,6 @@ from ._defaults import (
     DEFAULT_MODEL,
     DEFAULT_PARALLEL,
     DEFAULT_SUPERIOR_MODEL,
-    LOCAL_TIMEOUT,
     OPENAI_DEFAULT_MODEL,
     OPENAI_DEFAULT_SUPERIOR_MODEL,
     SUPERIOR_CTX_PER_SLOT,
@@ -223,7 +222,10 @@ class LLMConnection:
             self.server = self.backend.server().start()
         import openai
 
-        self._client = openai.OpenAI(**self._client_options())
+        if self.server is not None:
+            self._client = self.server.client()
+        else:
+            self._client = openai.OpenAI(**self._client_options())
         return self
 
     @property
@@ -241,6 +243,8 @@ class LLMConnection:
         import openai
 
         self.client  # noqa: B018 - raises the helpful error when not open
+        if self.server is not None:
+            return self.server.async_client()
         return openai.AsyncOpenAI(**self._client_options())
 
     def _client_options(self) -> dict[str, Any]:
@@ -251,8 +255,6 @@ class LLMConnection:
         options: dict[str, Any] = {"api_key": api_key or _NO_KEY}
         if self.base_url is not None:
             options["base_url"] = self.base_url
-        if self.backend.kind is LLMKind.LOCAL:
-            options["timeout"] = LOCAL_TIMEOUT
         return options
 
     def close(self) -> None:

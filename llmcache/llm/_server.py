@@ -635,19 +635,36 @@ class LocalServer:
     # -- clients ----------------------------------------------------------------------------
 
     def client(self, **kwargs: Any) -> openai.OpenAI:
-        """A plain ``openai.OpenAI`` client for this server (keyword arguments pass through)."""
+        """An ``openai.OpenAI`` client for this server (keyword arguments pass through).
+
+        Unless ``http_client`` is given, its transport ends schema-constrained answers where
+        their JSON ends (:mod:`._json_end`): llama.cpp's grammar would let them run on in
+        whitespace up to ``max_tokens``.
+        """
         import openai
+
+        from ._json_end import JSONEndTransport
 
         kwargs.setdefault("api_key", "sk-local-no-key")
         kwargs.setdefault("timeout", LOCAL_TIMEOUT)
+        if "http_client" not in kwargs:
+            kwargs["http_client"] = openai.DefaultHttpxClient(
+                transport=JSONEndTransport(self.root_url)
+            )
         return openai.OpenAI(base_url=self.base_url, **kwargs)
 
     def async_client(self, **kwargs: Any) -> openai.AsyncOpenAI:
-        """A plain ``openai.AsyncOpenAI`` client for this server."""
+        """The async twin of :meth:`client`."""
         import openai
+
+        from ._json_end import AsyncJSONEndTransport
 
         kwargs.setdefault("api_key", "sk-local-no-key")
         kwargs.setdefault("timeout", LOCAL_TIMEOUT)
+        if "http_client" not in kwargs:
+            kwargs["http_client"] = openai.DefaultAsyncHttpxClient(
+                transport=AsyncJSONEndTransport(self.root_url)
+            )
         return openai.AsyncOpenAI(base_url=self.base_url, **kwargs)
 
     def slot_for(self, key: str, model: str | None = None) -> int:
