@@ -33,8 +33,9 @@ Why this shape:
   an LLM answer may contain, and it would parse on every write for nothing.
 - **Concurrency.** Ids come from an identity column; an entry (partition row, vector, body)
   is written by one statement, so a lookup in another process sees all of it or none of it.
-  Counters are merged by ``INSERT … ON CONFLICT DO UPDATE`` in the server (sum, or
-  greatest/least for ``max_``/``min_`` names), so concurrent writers never lose an increment.
+  Counters are merged by ``INSERT … ON CONFLICT DO UPDATE`` in the server (by the ledger's
+  one rule, written as SQL: sum, or greatest/least for ``max_``/``min_`` names), so concurrent
+  writers never lose an increment.
 - **Times apart from vectors.** What bounds the cache (when an entry was stored and last hit,
   on the cache's clock, and its size) lives in ``entry_times``, a narrow row per entry: a hit
   updates that row, not the entry's (an UPDATE writes a new row version, which for ``entries``
@@ -65,6 +66,7 @@ from pydantic import ValidationError
 
 from ._config import Limits
 from ._errors import ConfigurationError, CorruptEntryError, EmbedderMismatchError, StoreError
+from ._ledger import counter_merge_sql, stats_key
 from ._protocols import Manifest
 from ._types import CacheEntry, Partition
 
@@ -238,12 +240,9 @@ INSERT INTO stats AS s (key, name, value)
 SELECT %(key)s, d.name, d.value
 FROM unnest(%(names)s::text[], %(values)s::float8[]) AS d(name, value)
 ORDER BY d.name
-ON CONFLICT (key, name) DO UPDATE SET value = CASE
-    WHEN starts_with(s.name, 'max_') THEN greatest(s.value, excluded.value)
-    WHEN starts_with(s.name, 'min_') THEN least(s.value, excluded.value)
-    ELSE s.value + excluded.value
-END
-"""
+ON CONFLICT (key, name) DO UPDATE SET value = """ + counter_merge_sql(
+    "s.name", "s.value", "excluded.value"
+)
 
 
 def _require_driver() -> None:
@@ -896,7 +895,6 @@ class PgBackend:
         """
 
         def drop(entry_id: int, why: CorruptEntryError) -> None:
-            from ._ledger import stats_key  # the counters' key, as the ledger writes it
 
             logger.warning("dropping damaged entry %s/%d: %s", partition_key, entry_id, why)
             try:
@@ -956,7 +954,6 @@ class PgBackend:
         self, conn: psycopg.Connection[Any], partition_key: str, counter: str, n: int
     ) -> None:
         """Add ``n`` to a table's counter inside ``conn``'s transaction."""
-        from ._ledger import stats_key  # the counters' key, as the ledger writes it
 
         row = conn.execute(
             "SELECT category, agent, params_hash, model FROM partitions WHERE pkey = %s",
