@@ -50,7 +50,7 @@ from pydantic import ValidationError
 from ._config import Limits
 from ._errors import CorruptEntryError, StoreError
 from ._ledger import merge_counters, stats_key
-from ._protocols import Manifest
+from ._manifest import Manifest
 from ._types import CacheEntry, Partition, checksum_problem
 
 __all__ = ["DiskStore"]

@@ -14,7 +14,7 @@ import pytest
 
 from llmcache._errors import CorruptEntryError, StoreError
 from llmcache._ledger import Ledger, stats_key
-from llmcache._protocols import EntryStore, Manifest
+from llmcache._manifest import Manifest
 from llmcache._store import DiskStore
 from llmcache._types import CacheEntry, CallInfo, EmbedMode, Partition, Similarity, Usage
 
@@ -58,10 +58,6 @@ def raw_row(tmp_path: Path, key: str) -> tuple[int, object, str | None]:
         row = db.execute("SELECT mode, value, filename FROM Cache WHERE key = ?", (key,)).fetchone()
     assert row is not None, key
     return row[0], row[1], row[2]
-
-
-def test_disk_store_satisfies_the_protocol(store: DiskStore) -> None:
-    assert isinstance(store, EntryStore)
 
 
 def test_entries_are_json_text_on_disk_not_pickle(store: DiskStore, tmp_path: Path) -> None:
