@@ -262,6 +262,32 @@ def test_with_cache_returns_a_copy_sharing_the_tables(tmp_path: Path) -> None:
     assert info.outcome == "hit" and len(fake.calls) == 1
 
 
+def test_with_cache_makes_its_copy_through_the_constructor(tmp_path: Path) -> None:
+    class Counted(CachedLLM):
+        made = 0
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            type(self).made += 1
+            super().__init__(*args, **kwargs)
+
+    fake = FakeOpenAI()
+    cache = SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64))
+    client = Counted(fake, cache=cache, recorder=tmp_path / "rec.jsonl")
+    serving = client.with_cache(mode=Mode.SERVE)
+    assert isinstance(serving, Counted) and Counted.made == 2
+    assert serving.recorder is client.recorder and serving.cache.backend is cache.backend
+    assert serving.chat.completions._owner is serving  # its resources are its own
+    client.chat.completions.create(model="m", messages=MSGS, cache=opts(keywords=["a"]))
+    serving.chat.completions.create(model="m", messages=MSGS, cache=opts(keywords=["far"]))
+    # One ledger: the copy's call is counted without closing the copy.
+    assert (cache.stats().total.misses, cache.stats().total.hits) == (1, 1)
+    assert [r.outcome for r in read_records(tmp_path / "rec.jsonl")] == ["miss", "hit"]
+    client.close()
+    async_client = AsyncCachedLLM(AsyncFakeOpenAI(), tmp_path / "d", embedder=HashEmbedder(dim=8))
+    assert type(async_client.with_cache(threshold=0.5)) is AsyncCachedLLM
+    async_client.close()
+
+
 # -- modifiers -------------------------------------------------------------------------------
 
 
