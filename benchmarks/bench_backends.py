@@ -33,9 +33,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from llmcache import LocalBackend
-from llmcache._protocols import CacheBackend
-from llmcache._types import CacheEntry, EmbedMode, Partition, Usage
+from llmcache import (
+    CacheBackend,
+    CacheEntry,
+    EmbedMode,
+    LocalBackend,
+    Partition,
+    PgBackend,
+    Usage,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from pg_support import PgTestServer, missing_extra
@@ -78,8 +84,6 @@ def entry(vector: NDArray[np.float32], i: int) -> CacheEntry:
 
 def open_backend(kind: str, where: str) -> CacheBackend:
     if kind == "pg":
-        from llmcache._pg import PgBackend
-
         dsn, schema = where.split("#", 1)
         backend: CacheBackend = PgBackend(dsn, schema=schema)
     else:
@@ -91,14 +95,9 @@ def open_backend(kind: str, where: str) -> CacheBackend:
 def fill(backend: CacheBackend, n: int, seed: int) -> None:
     """Load n entries the fastest way the backend offers (not what is timed)."""
     data = vectors(n, seed)
-    add_many = getattr(backend, "add_many", None)
     for start in range(0, n, 1000):
         batch = [entry(data[i], seed * 10_000_000 + i) for i in range(start, min(n, start + 1000))]
-        if callable(add_many):
-            add_many(batch)
-        else:
-            for e in batch:
-                backend.add(e)
+        backend.add_many(batch)
 
 
 def lookup(backend: CacheBackend, query: NDArray[np.float32]) -> None:
@@ -143,10 +142,9 @@ def measure(kind: str, where: str, size: int, queries: int, inserts: int) -> lis
         fill(backend, size, seed=1)
         rows.append({"kind": kind, "prep_s": time.perf_counter() - t0})
         rows[-1].update(_lookups_and_inserts(backend, queries, inserts, seed=20))
-        create = getattr(backend, "create_ann_index", None)
-        if callable(create):
+        if isinstance(backend, PgBackend):
             t0 = time.perf_counter()
-            create(PART.key)
+            backend.create_ann_index(PART.key)
             rows.append({"kind": f"{kind} + hnsw", "prep_s": time.perf_counter() - t0})
             rows[-1].update(_lookups_and_inserts(backend, queries, inserts, seed=40))
     finally:

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from llmcache._embedders import MiniLMEmbedder
-from llmcache._hash_embedder import HashEmbedder
-from llmcache._protocols import Embedder
+from llmcache import Embedder, MiniLMEmbedder
+from llmcache.testing import HashEmbedder
 
 NAMES = [
     "Isabella Rodriguez",

@@ -8,7 +8,8 @@ Two parts:
   kinds of queries: *perturbed* copies of stored vectors (what a cache lookup looks like: a near
   duplicate exists) and *random* vectors (the worst case: every neighbour is about as far).
 - ``--crossover`` (default 1k..50k): search and insert cost per vector of both indexes at small
-  sizes, which is how ``AutoIndex``'s ``DEFAULT_EXACT_LIMIT`` was chosen.
+  sizes, which is how the default index's exact-search limit (``DEFAULT_EXACT_LIMIT`` in
+  llmcache's index module) was chosen.
 
 Examples::
 
@@ -29,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from llmcache._index import DEFAULT_EXACT_LIMIT, ExactIndex, HnswIndex
+from llmcache import ExactIndex, HnswIndex
 
 
 def unit_rows(
@@ -233,7 +234,6 @@ def run_crossover(args: argparse.Namespace, sizes: list[int], rng: np.random.Gen
             f"{fmt_us(p99h):>10} {fmt_us(hnsw_insert):>12} {fmt_us(exact_insert):>13} "
             f"{np.mean(top_h == truth):>9.3f}"
         )
-    print(f"(AutoIndex switches from exact to HNSW above {DEFAULT_EXACT_LIMIT:,} vectors)")
 
 
 def int_list(text: str) -> list[int]:

@@ -29,21 +29,19 @@ from ._errors import (
 from ._index import ExactIndex, HnswIndex
 from ._keys import embedding_text, messages_text
 from ._ledger import CacheStats, Price, PriceTable, TableStats
+from ._manifest import Manifest
 from ._modifiers import Choose, Read, Revise
 from ._pg import PgBackend
 from ._protocols import (
     BoundedBackend,
     CacheBackend,
     Embedder,
-    EntryStore,
-    Manifest,
     Modifier,
     ModifyContext,
     Validator,
     VectorIndex,
 )
 from ._recorder import RecordedCall, Recorder, read_records
-from ._store import DiskStore
 from ._template import FilledPrompt, PromptTemplate
 from ._transfer import transfer
 from ._types import (
@@ -75,12 +73,10 @@ __all__ = [
     "Choose",
     "ConfigurationError",
     "CorruptEntryError",
-    "DiskStore",
     "EmbedMode",
     "Embedder",
     "EmbedderError",
     "EmbedderMismatchError",
-    "EntryStore",
     "ExactIndex",
     "FilledPrompt",
     "HnswIndex",

@@ -30,9 +30,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._config import Limits
-from ._errors import EmbedderMismatchError, StoreError
+from ._errors import StoreError
 from ._index import AutoIndex
-from ._protocols import Manifest, VectorIndex
+from ._manifest import EmbedderRecord, Manifest
+from ._protocols import VectorIndex
 from ._store import DiskStore
 from ._types import CacheEntry, Partition
 
@@ -59,7 +60,7 @@ class _PartitionIndex:
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def needs_saving(self) -> bool:
-        return self.unsaved > 0 or _kind(self.index) != self.saved_kind
+        return self.unsaved > 0 or self.index.kind != self.saved_kind
 
 
 def _file_digest(path: Path) -> str:
@@ -68,11 +69,6 @@ def _file_digest(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _kind(index: VectorIndex) -> str:
-    inner = index.inner if isinstance(index, AutoIndex) else index
-    return type(inner).__name__
 
 
 class LocalBackend:
@@ -99,8 +95,15 @@ class LocalBackend:
         self._lock = threading.RLock()
         self._indexes: dict[str, _PartitionIndex] = {}
         self._closed = False
-        manifest = self._store.read_manifest()
-        self._manifest: Manifest | None = manifest
+        self._embedder = EmbedderRecord(
+            where=str(self._path),
+            remedy="use a fresh cache directory (or delete this one to rebuild the cache with "
+            "the new embedder)",
+            read=self._store.read_manifest,
+            # Atomic: if another process recorded a manifest first, that one is the directory's.
+            record=self._store.init_manifest,
+            manifest=self._store.read_manifest(),
+        )
 
     @property
     def path(self) -> Path:
@@ -108,42 +111,23 @@ class LocalBackend:
 
     @property
     def store(self) -> DiskStore:
+        """The directory's entry store (LocalBackend's own part, not a seam: for inspection)."""
         return self._store
 
     # -- embedder -----------------------------------------------------------------------------
 
-    def _mismatch(self, manifest: Manifest, embedder_id: str, dim: int) -> EmbedderMismatchError:
-        return EmbedderMismatchError(
-            f"the cache in {self._path} was built with embedder {manifest.embedder_id!r} "
-            f"(dimension {manifest.dim}), but it is being opened with {embedder_id!r} "
-            f"(dimension {dim}). Vectors of different embedders cannot be compared: open it "
-            "with the same embedder, or use a fresh cache directory (or delete this one to "
-            "rebuild the cache with the new embedder)."
-        )
-
     def check_embedder(self, embedder_id: str, dim: int) -> None:
-        with self._lock:
-            # Atomic: if another process recorded a manifest first, that one is the directory's.
-            manifest = self._store.init_manifest(Manifest(embedder_id=embedder_id, dim=dim))
-            if manifest.embedder_id != embedder_id or manifest.dim != dim:
-                raise self._mismatch(manifest, embedder_id, dim)
-            self._manifest = manifest
+        self._embedder.check(embedder_id, dim)
+
+    def read_manifest(self) -> Manifest | None:
+        """The embedder this directory was built with (``None`` before one is recorded)."""
+        return self._store.read_manifest()
 
     def _dim_for(self, vector_dim: int, embedder_id: str | None) -> int:
         """The directory's dimension; records the manifest if nobody has yet."""
-        if self._manifest is None:
-            self._manifest = self._store.read_manifest()
-        if self._manifest is None:
-            if embedder_id is None:
-                return vector_dim  # a search before anything was stored: nothing to check
-            self.check_embedder(embedder_id, vector_dim)
-            assert self._manifest is not None
-        manifest = self._manifest
-        if vector_dim != manifest.dim or (
-            embedder_id is not None and embedder_id != manifest.embedder_id
-        ):
-            raise self._mismatch(manifest, embedder_id or manifest.embedder_id, vector_dim)
-        return manifest.dim
+        dim = self._embedder.dim_for(vector_dim, embedder_id)
+        # None: a search before anything was stored, with nothing to check against.
+        return vector_dim if dim is None else dim
 
     # -- index files --------------------------------------------------------------------------
 
@@ -165,7 +149,7 @@ class LocalBackend:
         sidecar = self._read_sidecar(pkey)
         if sidecar is None:
             return None
-        manifest = self._manifest
+        manifest = self._embedder.manifest
         last_id = self._store.last_id(pkey)
         file_name = sidecar.get("file")
         saved_upto = sidecar.get("last_id")
@@ -194,7 +178,7 @@ class LocalBackend:
         if len(index) != sidecar.get("count"):
             logger.warning("index of partition %s does not match its sidecar; rebuilding", pkey)
             return None
-        return _PartitionIndex(index=index, indexed_upto=saved_upto, saved_kind=_kind(index))
+        return _PartitionIndex(index=index, indexed_upto=saved_upto, saved_kind=index.kind)
 
     def _files_intact(self, pkey: str, file_name: str, digests: object) -> bool:
         """Whether the index files match the checksums their sidecar recorded.
@@ -219,7 +203,7 @@ class LocalBackend:
 
     def _save_index(self, pkey: str, state: _PartitionIndex) -> None:
         """Write the index file, then point the sidecar at it (so the pair is never torn)."""
-        manifest = self._manifest
+        manifest = self._embedder.manifest
         if manifest is None:
             return
         self._index_dir.mkdir(parents=True, exist_ok=True)
@@ -244,7 +228,7 @@ class LocalBackend:
                 "sha256": digests,
             }
             state.unsaved = 0
-            state.saved_kind = _kind(state.index)
+            state.saved_kind = state.index.kind
         tmp = self._index_dir / f".{pkey}.{uuid.uuid4().hex}.tmp"
         tmp.write_text(json.dumps(sidecar), encoding="utf-8")
         os.replace(tmp, self._sidecar_path(pkey))
@@ -472,6 +456,10 @@ class LocalBackend:
     def iterate(self, partition_key: str) -> Iterator[CacheEntry]:
         return self._store.iterate(partition_key)
 
+    def add_many(self, entries: Sequence[CacheEntry]) -> list[int]:
+        """Add entries one by one (each is its own transaction; a failure stops the batch)."""
+        return [self.add(entry) for entry in entries]
+
     def add_stats(self, partition_key: str, delta: dict[str, float]) -> None:
         self._store.add_stats(partition_key, delta)
 
@@ -497,9 +485,7 @@ class LocalBackend:
             states = list(self._indexes.values())
         done = True
         for state in states:
-            wait = getattr(state.index, "wait", None)
-            if callable(wait):
-                done = bool(wait(timeout)) and done
+            done = state.index.wait(timeout) and done
         return done
 
     def close(self) -> None:
@@ -510,9 +496,7 @@ class LocalBackend:
             self._closed = True
             for state in self._indexes.values():
                 # Stops a background HNSW build (AutoIndex); the file saved above is complete.
-                close = getattr(state.index, "close", None)
-                if callable(close):
-                    close()
+                state.index.close()
             self._indexes.clear()
         self._store.close()
 

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,19 @@ def default_embedder() -> Embedder:
     return MemoEmbedder(MiniLMEmbedder())
 
 
+@dataclass
+class _Tables:
+    """What every view of one open cache shares (see :meth:`SemanticCache.with_config`): the
+    backend, the ledger's pending counters, the misses in flight and the bounds recorded in
+    the store when it was opened."""
+
+    backend: CacheBackend
+    ledger: Ledger
+    stored_limits: Limits | None
+    inflight: dict[tuple[str, str], threading.Event] = field(default_factory=dict)
+    inflight_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class SemanticCache:
     """A semantic cache on disk (or in a database): tables of answers found by similarity.
 
@@ -112,38 +126,43 @@ class SemanticCache:
         config: CacheConfig | None = None,
         prices: PriceTable | None = None,
         clock: Callable[[], float] | None = None,
+        _tables: _Tables | None = None,
     ) -> None:
+        # `_tables` is for with_config alone: a view of tables another instance opened (and
+        # checked against its embedder), so it is not opened, checked or recorded again.
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
-        self.backend: CacheBackend = open_backend(location)
-        try:
-            self.backend.check_embedder(self.embedder.model_id, self.embedder.dim)
-        except BaseException:
-            self.backend.close()
-            raise
         self.config: CacheConfig = config or CacheConfig()
         self.clock: Callable[[], float] = clock or time.time
+        self.prices: PriceTable = prices or PriceTable()
         self._bounded_for: object = None
         self._bounded: BoundedBackend | None = None
-        try:
-            self._stored_limits = self._record_limits()
-        except BaseException:
-            self.backend.close()
-            raise
-        self.prices: PriceTable = prices or PriceTable()
-        self.ledger = Ledger(self.backend)
         self._closed = False
-        # Misses in flight, by (table, embedding text): see single_flight.
-        self._inflight: dict[tuple[str, str], threading.Event] = {}
-        self._inflight_lock = threading.Lock()
+        self._tables = _tables if _tables is not None else self._open(location)
+        self.backend: CacheBackend = self._tables.backend
+        self.ledger: Ledger = self._tables.ledger
+
+    def _open(self, location: str | os.PathLike[str] | CacheBackend | None) -> _Tables:
+        backend = open_backend(location)
+        try:
+            backend.check_embedder(self.embedder.model_id, self.embedder.dim)
+            stored_limits = self._record_limits(backend)
+        except BaseException:
+            backend.close()
+            raise
+        return _Tables(backend, Ledger(backend), stored_limits)
 
     # -- views -------------------------------------------------------------------------------
 
     def with_config(self, **changes: Any) -> SemanticCache:
-        """A view of the same tables with some configuration changed (e.g. ``mode=Mode.SERVE``)."""
-        view = object.__new__(SemanticCache)
-        view.__dict__.update(self.__dict__)
-        view.config = self.config.updated(**changes)
-        return view
+        """A view of the same tables with some configuration changed (e.g. ``mode=Mode.SERVE``):
+        same backend, embedder, prices, clock and counters."""
+        return SemanticCache(
+            embedder=self.embedder,
+            config=self.config.updated(**changes),
+            prices=self.prices,
+            clock=self.clock,
+            _tables=self._tables,
+        )
 
     # -- bounds ------------------------------------------------------------------------------
 
@@ -154,15 +173,15 @@ class SemanticCache:
             self._bounded = self.backend if isinstance(self.backend, BoundedBackend) else None
         return self._bounded
 
-    def _record_limits(self) -> Limits | None:
+    def _record_limits(self, opened: CacheBackend) -> Limits | None:
         """Record this configuration's bounds in the store, or adopt the store's when it sets
         none (so a process opened without limits keeps to those the cache was given)."""
         limits = self.config.limits
-        backend = self._bounded_backend()
+        backend = opened if isinstance(opened, BoundedBackend) else None
         if backend is None:
             if limits.bounded:
                 raise ConfigurationError(
-                    f"{type(self.backend).__name__} does not keep entry times, so it cannot "
+                    f"{type(opened).__name__} does not keep entry times, so it cannot "
                     "be bounded (max_entries, max_bytes, ttl_seconds): use a cache directory "
                     "or a postgresql:// DSN"
                 )
@@ -177,9 +196,9 @@ class SemanticCache:
     def limits(self) -> Limits:
         """The bounds in force: this configuration's, or else those recorded in the store."""
         limits = self.config.limits
-        if limits.bounded or self._stored_limits is None:
+        if limits.bounded or self._tables.stored_limits is None:
             return limits
-        return self._stored_limits
+        return self._tables.stored_limits
 
     def prune(self, limits: Limits | None = None) -> dict[str, int]:
         """Evict, now, every expired entry and every entry over a bound (by default the bounds
@@ -280,12 +299,13 @@ class SemanticCache:
         and are answered from the stored entry). Processes do not coordinate: misses racing in
         several processes each call the LLM and each store their (valid) answer.
         """
-        with self._inflight_lock:
-            event = self._inflight.get(key)
+        tables = self._tables
+        with tables.inflight_lock:
+            event = tables.inflight.get(key)
             leader = event is None
             if event is None:
                 event = threading.Event()
-                self._inflight[key] = event
+                tables.inflight[key] = event
         if not leader:
             event.wait(_SINGLE_FLIGHT_WAIT_S)
             yield False
@@ -293,8 +313,8 @@ class SemanticCache:
         try:
             yield True
         finally:
-            with self._inflight_lock:
-                self._inflight.pop(key, None)
+            with tables.inflight_lock:
+                tables.inflight.pop(key, None)
             event.set()
 
     def put(self, entry: CacheEntry) -> int:

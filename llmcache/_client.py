@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from openai.types.chat import ChatCompletion
 
@@ -72,11 +72,12 @@ def _open_recorder(recorder: Recorder | str | os.PathLike[str] | None) -> Record
     return Recorder(Path(recorder))
 
 
-def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], CacheOptions | None]:
+def _pop_options(kwargs: dict[str, Any]) -> CacheOptions | None:
+    """Take this wrapper's own ``cache=`` keyword out of a call's keyword arguments."""
     options = kwargs.pop("cache", None)
     if options is not None and not isinstance(options, CacheOptions):
         raise ConfigurationError(f"cache= takes a CacheOptions, not {type(options).__name__}")
-    return kwargs, options
+    return options
 
 
 def _cacheable(kwargs: dict[str, Any]) -> bool:
@@ -169,7 +170,13 @@ async def _stream_async(
     )
 
 
+_Client = TypeVar("_Client", bound="_Base")
+
+
 class _Base:
+    """What ``CachedLLM`` and ``AsyncCachedLLM`` share: the cache, the recorder, delegation of
+    everything else to the wrapped client, and copies with another configuration."""
+
     def __init__(
         self,
         client: Any,
@@ -190,16 +197,10 @@ class _Base:
             raise AttributeError(name)
         return getattr(self._client, name)
 
-    def with_cache(self, **changes: Any) -> Any:
+    def with_cache(self: _Client, **changes: Any) -> _Client:
         """A copy whose cache configuration differs (``mode=``, ``threshold=`` …), sharing the
-        same tables, like openai's ``with_options``."""
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
-        # The cached_properties must bind to the clone.
-        clone.__dict__.pop("chat", None)
-        clone.__dict__.pop("responses", None)
-        clone.cache = self.cache.with_config(**changes)
-        return clone
+        same tables, recorder and wrapped client, like openai's ``with_options``."""
+        return type(self)(self._client, self.cache.with_config(**changes), recorder=self.recorder)
 
     def close(self) -> None:
         """Flush counters and close the cache and recorder (not the wrapped client)."""
@@ -207,7 +208,7 @@ class _Base:
         if self.recorder is not None:
             self.recorder.close()
 
-    def __enter__(self) -> Any:
+    def __enter__(self: _Client) -> _Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -225,123 +226,68 @@ class _Delegating:
         return getattr(self._wrapped, name)
 
 
-class _Completions(_Delegating):
-    def create(self, **kwargs: Any) -> Any:
-        """``chat.completions.create`` with an optional ``cache=CacheOptions(...)``; with
-        ``stream=True`` a stream of chunks (a hit replayed, a miss passed through)."""
-        kwargs, options = _split(kwargs)
-        if options is None or not _cacheable(kwargs):
-            return self._wrapped.create(**kwargs)
-        if _streams(kwargs):
-            return self._stream(kwargs, options)
-        completion, _ = self._run(kwargs, options)
-        return completion
+# -- what a call is, before anything is sent: shared by the sync and async resources ----------
 
-    def create_with_info(self, **kwargs: Any) -> tuple[ChatCompletion, CallInfo]:
-        """Like ``create``, and also report how the answer was made."""
-        kwargs, options = _split(kwargs)
-        if options is None or not _cacheable(kwargs) or _streams(kwargs):
-            raise _not_cacheable("create", "a non-streaming, n=1 request")
-        completion, info = self._run(kwargs, options)
-        return completion, info
 
-    def parse(self, **kwargs: Any) -> Any:
-        """``chat.completions.parse`` with an optional ``cache=CacheOptions(...)``: a hit is a
-        ``ParsedChatCompletion`` whose ``parsed`` is the ``response_format`` type, validated."""
-        kwargs, options = _split(kwargs)
-        if options is None or not _cacheable(kwargs):
-            return self._wrapped.parse(**kwargs)
-        completion, _ = self._run(kwargs, options, ParsedChatShape(kwargs), "parse")
-        return completion
+class _CompletionsBase(_Delegating):
+    """``chat.completions``: which calls the cache answers, with which :class:`Shape`.
 
-    def parse_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
-        """Like ``parse``, and also report how the answer was made."""
-        kwargs, options = _split(kwargs)
-        if options is None or not _cacheable(kwargs):
+    ``_options`` pops ``cache=`` and returns it, or ``None`` when the call goes to the wrapped
+    client as given; ``_options_with_info`` refuses, naming why, a call the cache cannot answer.
+    """
+
+    def _options(self, kwargs: dict[str, Any]) -> CacheOptions | None:
+        options = _pop_options(kwargs)
+        return options if options is not None and _cacheable(kwargs) else None
+
+    def _options_with_info(self, kwargs: dict[str, Any], method: str) -> CacheOptions:
+        options = _pop_options(kwargs)
+        if method == "create":
+            if options is None or not _cacheable(kwargs) or _streams(kwargs):
+                raise _not_cacheable("create", "a non-streaming, n=1 request")
+        elif options is None or not _cacheable(kwargs):
             raise _not_cacheable("parse", "an n=1 request")
-        return self._run(kwargs, options, ParsedChatShape(kwargs), "parse")
+        return options
 
-    def _run(
-        self,
-        kwargs: dict[str, Any],
-        options: CacheOptions,
-        shape: Shape = CHAT,
-        method: str = "create",
-    ) -> tuple[Any, CallInfo]:
-        owner: CachedLLM = self._owner
-        send = getattr(self._wrapped, method)
+    @staticmethod
+    def _shape(kwargs: dict[str, Any], method: str) -> Shape:
+        return CHAT if method == "create" else ParsedChatShape(kwargs)
 
-        def call(request: dict[str, Any]) -> Any:
-            return send(**request)
-
-        return run_cached_call(owner.cache, kwargs, options, call, owner.recorder, shape)
-
-    def _stream(self, kwargs: dict[str, Any], options: CacheOptions) -> Any:
+    @staticmethod
+    def _replay(kwargs: dict[str, Any]) -> Replay:
         def replay(served: Any) -> list[Any]:
             return chat_chunks(served, usage=include_usage(kwargs))
 
-        return _stream(self._owner, self._wrapped.create, kwargs, options, CHAT, replay)
+        return replay
 
 
-class _Chat(_Delegating):
-    @cached_property
-    def completions(self) -> _Completions:
-        return _Completions(self._owner, self._wrapped.completions)
+class _ResponsesBase(_Delegating):
+    """``responses``: which calls the cache answers (see :class:`_CompletionsBase`)."""
 
+    def _options(self, kwargs: dict[str, Any], method: str) -> CacheOptions | None:
+        options = _pop_options(kwargs)
+        # Only create replays a stream; responses.parse(stream=True) is not intercepted.
+        if options is None or _responses_bypass(kwargs, streams_cached=method == "create"):
+            return None
+        return options
 
-class _Responses(_Delegating):
-    """``responses.create`` / ``responses.parse`` with an optional ``cache=CacheOptions(...)``."""
-
-    def create(self, **kwargs: Any) -> Any:
-        """``responses.create``; a hit is a real ``Response`` (with ``stream=True``, replayed
-        as the events a server streams)."""
-        kwargs, options = _split(kwargs)
-        if options is None or _responses_bypass(kwargs, streams_cached=True):
-            return self._wrapped.create(**kwargs)
+    def _options_with_info(self, kwargs: dict[str, Any], method: str) -> CacheOptions:
+        options = _pop_options(kwargs)
+        if options is None:
+            raise _not_cacheable(method, "a cacheable request")
         if _streams(kwargs):
-            return self._stream(kwargs, options)
-        response, _ = self._run(kwargs, options, "create")
-        return response
+            raise _not_cacheable(method, "a non-streaming request")
+        reason = responses_bypass_reason(kwargs)
+        if reason is not None:
+            raise _not_cacheable(method, f"a request the cache can answer (here {reason})")
+        return options
 
-    def create_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
-        """Like ``create``, and also report how the answer was made."""
-        kwargs, options = _split(kwargs)
-        _check_responses("create", kwargs, options)
-        return self._run(kwargs, options, "create")
-
-    def parse(self, **kwargs: Any) -> Any:
-        """``responses.parse``; a hit is a ``ParsedResponse`` of the ``text_format`` type."""
-        kwargs, options = _split(kwargs)
-        if options is None or _responses_bypass(kwargs):
-            return self._wrapped.parse(**kwargs)
-        response, _ = self._run(kwargs, options, "parse")
-        return response
-
-    def parse_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
-        kwargs, options = _split(kwargs)
-        _check_responses("parse", kwargs, options)
-        return self._run(kwargs, options, "parse")
-
-    def _run(
-        self, kwargs: dict[str, Any], options: CacheOptions | None, method: str
-    ) -> tuple[Any, CallInfo]:
-        assert options is not None
-        owner: CachedLLM = self._owner
-        send = getattr(self._wrapped, method)
-
-        def call(request: dict[str, Any]) -> Any:
-            return send(**request)
-
-        return run_cached_call(
-            owner.cache, kwargs, options, call, owner.recorder, ResponsesShape(kwargs)
-        )
-
-    def _stream(self, kwargs: dict[str, Any], options: CacheOptions) -> Any:
-        shape = ResponsesShape(kwargs)
-        return _stream(self._owner, self._wrapped.create, kwargs, options, shape, response_events)
+    @staticmethod
+    def _shape(kwargs: dict[str, Any]) -> Shape:
+        return ResponsesShape(kwargs)
 
 
-def _responses_bypass(kwargs: dict[str, Any], *, streams_cached: bool = False) -> bool:
+def _responses_bypass(kwargs: dict[str, Any], *, streams_cached: bool) -> bool:
     if _streams(kwargs) and not streams_cached:
         return True
     reason = responses_bypass_reason(kwargs)
@@ -350,14 +296,98 @@ def _responses_bypass(kwargs: dict[str, Any], *, streams_cached: bool = False) -
     return reason is not None
 
 
-def _check_responses(method: str, kwargs: dict[str, Any], options: CacheOptions | None) -> None:
-    if options is None:
-        raise _not_cacheable(method, "a cacheable request")
-    if _streams(kwargs):
-        raise _not_cacheable(method, "a non-streaming request")
-    reason = responses_bypass_reason(kwargs)
-    if reason is not None:
-        raise _not_cacheable(method, f"a request the cache can answer (here {reason})")
+# -- sync ---------------------------------------------------------------------------------------
+
+
+def _run(
+    owner: CachedLLM, send: Any, kwargs: dict[str, Any], options: CacheOptions, shape: Shape
+) -> tuple[Any, CallInfo]:
+    def call(request: dict[str, Any]) -> Any:
+        return send(**request)
+
+    return run_cached_call(owner.cache, kwargs, options, call, owner.recorder, shape)
+
+
+class _Completions(_CompletionsBase):
+    def create(self, **kwargs: Any) -> Any:
+        """``chat.completions.create`` with an optional ``cache=CacheOptions(...)``; with
+        ``stream=True`` a stream of chunks (a hit replayed, a miss passed through)."""
+        options = self._options(kwargs)
+        if options is None:
+            return self._wrapped.create(**kwargs)
+        if _streams(kwargs):
+            create = self._wrapped.create
+            return _stream(self._owner, create, kwargs, options, CHAT, self._replay(kwargs))
+        return self._run(kwargs, options, "create")[0]
+
+    def create_with_info(self, **kwargs: Any) -> tuple[ChatCompletion, CallInfo]:
+        """Like ``create``, and also report how the answer was made."""
+        options = self._options_with_info(kwargs, "create")
+        completion, info = self._run(kwargs, options, "create")
+        return completion, info
+
+    def parse(self, **kwargs: Any) -> Any:
+        """``chat.completions.parse`` with an optional ``cache=CacheOptions(...)``: a hit is a
+        ``ParsedChatCompletion`` whose ``parsed`` is the ``response_format`` type, validated."""
+        options = self._options(kwargs)
+        if options is None:
+            return self._wrapped.parse(**kwargs)
+        return self._run(kwargs, options, "parse")[0]
+
+    def parse_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
+        """Like ``parse``, and also report how the answer was made."""
+        options = self._options_with_info(kwargs, "parse")
+        return self._run(kwargs, options, "parse")
+
+    def _run(
+        self, kwargs: dict[str, Any], options: CacheOptions, method: str
+    ) -> tuple[Any, CallInfo]:
+        send = getattr(self._wrapped, method)
+        return _run(self._owner, send, kwargs, options, self._shape(kwargs, method))
+
+
+class _Chat(_Delegating):
+    @cached_property
+    def completions(self) -> _Completions:
+        return _Completions(self._owner, self._wrapped.completions)
+
+
+class _Responses(_ResponsesBase):
+    """``responses.create`` / ``responses.parse`` with an optional ``cache=CacheOptions(...)``."""
+
+    def create(self, **kwargs: Any) -> Any:
+        """``responses.create``; a hit is a real ``Response`` (with ``stream=True``, replayed
+        as the events a server streams)."""
+        options = self._options(kwargs, "create")
+        if options is None:
+            return self._wrapped.create(**kwargs)
+        if _streams(kwargs):
+            shape = self._shape(kwargs)
+            create = self._wrapped.create
+            return _stream(self._owner, create, kwargs, options, shape, response_events)
+        return self._run(kwargs, options, "create")[0]
+
+    def create_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
+        """Like ``create``, and also report how the answer was made."""
+        options = self._options_with_info(kwargs, "create")
+        return self._run(kwargs, options, "create")
+
+    def parse(self, **kwargs: Any) -> Any:
+        """``responses.parse``; a hit is a ``ParsedResponse`` of the ``text_format`` type."""
+        options = self._options(kwargs, "parse")
+        if options is None:
+            return self._wrapped.parse(**kwargs)
+        return self._run(kwargs, options, "parse")[0]
+
+    def parse_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
+        options = self._options_with_info(kwargs, "parse")
+        return self._run(kwargs, options, "parse")
+
+    def _run(
+        self, kwargs: dict[str, Any], options: CacheOptions, method: str
+    ) -> tuple[Any, CallInfo]:
+        send = getattr(self._wrapped, method)
+        return _run(self._owner, send, kwargs, options, self._shape(kwargs))
 
 
 class CachedLLM(_Base):
@@ -377,9 +407,8 @@ class CachedLLM(_Base):
     def responses(self) -> _Responses:
         return _Responses(self, self._client.responses)
 
-    def with_cache(self, **changes: Any) -> CachedLLM:
-        clone: CachedLLM = super().with_cache(**changes)
-        return clone
+
+# -- async --------------------------------------------------------------------------------------
 
 
 async def _run_async(
@@ -401,52 +430,39 @@ async def _run_async(
     )
 
 
-class _AsyncCompletions(_Delegating):
+class _AsyncCompletions(_CompletionsBase):
     async def create(self, **kwargs: Any) -> Any:
-        kwargs, options = _split(kwargs)
-        if options is None or not _cacheable(kwargs):
+        options = self._options(kwargs)
+        if options is None:
             return await self._wrapped.create(**kwargs)
         if _streams(kwargs):
-            return await self._stream(kwargs, options)
-        completion, _ = await self._run(kwargs, options)
+            create = self._wrapped.create
+            replay = self._replay(kwargs)
+            return await _stream_async(self._owner, create, kwargs, options, CHAT, replay)
+        completion, _ = await self._run(kwargs, options, "create")
         return completion
 
     async def create_with_info(self, **kwargs: Any) -> tuple[ChatCompletion, CallInfo]:
-        kwargs, options = _split(kwargs)
-        if options is None or not _cacheable(kwargs) or _streams(kwargs):
-            raise _not_cacheable("create", "a non-streaming, n=1 request")
-        completion, info = await self._run(kwargs, options)
+        options = self._options_with_info(kwargs, "create")
+        completion, info = await self._run(kwargs, options, "create")
         return completion, info
 
     async def parse(self, **kwargs: Any) -> Any:
-        kwargs, options = _split(kwargs)
-        if options is None or not _cacheable(kwargs):
+        options = self._options(kwargs)
+        if options is None:
             return await self._wrapped.parse(**kwargs)
-        completion, _ = await self._run(kwargs, options, ParsedChatShape(kwargs), "parse")
+        completion, _ = await self._run(kwargs, options, "parse")
         return completion
 
     async def parse_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
-        kwargs, options = _split(kwargs)
-        if options is None or not _cacheable(kwargs):
-            raise _not_cacheable("parse", "an n=1 request")
-        return await self._run(kwargs, options, ParsedChatShape(kwargs), "parse")
+        options = self._options_with_info(kwargs, "parse")
+        return await self._run(kwargs, options, "parse")
 
     async def _run(
-        self,
-        kwargs: dict[str, Any],
-        options: CacheOptions,
-        shape: Shape = CHAT,
-        method: str = "create",
+        self, kwargs: dict[str, Any], options: CacheOptions, method: str
     ) -> tuple[Any, CallInfo]:
         send = getattr(self._wrapped, method)
-        return await _run_async(self._owner, send, kwargs, options, shape)
-
-    async def _stream(self, kwargs: dict[str, Any], options: CacheOptions) -> Any:
-        def replay(served: Any) -> list[Any]:
-            return chat_chunks(served, usage=include_usage(kwargs))
-
-        create = self._wrapped.create
-        return await _stream_async(self._owner, create, kwargs, options, CHAT, replay)
+        return await _run_async(self._owner, send, kwargs, options, self._shape(kwargs, method))
 
 
 class _AsyncChat(_Delegating):
@@ -455,44 +471,38 @@ class _AsyncChat(_Delegating):
         return _AsyncCompletions(self._owner, self._wrapped.completions)
 
 
-class _AsyncResponses(_Delegating):
+class _AsyncResponses(_ResponsesBase):
     async def create(self, **kwargs: Any) -> Any:
-        kwargs, options = _split(kwargs)
-        if options is None or _responses_bypass(kwargs, streams_cached=True):
+        options = self._options(kwargs, "create")
+        if options is None:
             return await self._wrapped.create(**kwargs)
         if _streams(kwargs):
-            return await self._stream(kwargs, options)
+            shape = self._shape(kwargs)
+            create = self._wrapped.create
+            return await _stream_async(self._owner, create, kwargs, options, shape, response_events)
         response, _ = await self._run(kwargs, options, "create")
         return response
 
     async def create_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
-        kwargs, options = _split(kwargs)
-        _check_responses("create", kwargs, options)
+        options = self._options_with_info(kwargs, "create")
         return await self._run(kwargs, options, "create")
 
     async def parse(self, **kwargs: Any) -> Any:
-        kwargs, options = _split(kwargs)
-        if options is None or _responses_bypass(kwargs):
+        options = self._options(kwargs, "parse")
+        if options is None:
             return await self._wrapped.parse(**kwargs)
         response, _ = await self._run(kwargs, options, "parse")
         return response
 
     async def parse_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
-        kwargs, options = _split(kwargs)
-        _check_responses("parse", kwargs, options)
+        options = self._options_with_info(kwargs, "parse")
         return await self._run(kwargs, options, "parse")
 
     async def _run(
-        self, kwargs: dict[str, Any], options: CacheOptions | None, method: str
+        self, kwargs: dict[str, Any], options: CacheOptions, method: str
     ) -> tuple[Any, CallInfo]:
-        assert options is not None
         send = getattr(self._wrapped, method)
-        return await _run_async(self._owner, send, kwargs, options, ResponsesShape(kwargs))
-
-    async def _stream(self, kwargs: dict[str, Any], options: CacheOptions) -> Any:
-        shape = ResponsesShape(kwargs)
-        create = self._wrapped.create
-        return await _stream_async(self._owner, create, kwargs, options, shape, response_events)
+        return await _run_async(self._owner, send, kwargs, options, self._shape(kwargs))
 
 
 class AsyncCachedLLM(_Base):
@@ -505,7 +515,3 @@ class AsyncCachedLLM(_Base):
     @cached_property
     def responses(self) -> _AsyncResponses:
         return _AsyncResponses(self, self._client.responses)
-
-    def with_cache(self, **changes: Any) -> AsyncCachedLLM:
-        clone: AsyncCachedLLM = super().with_cache(**changes)
-        return clone

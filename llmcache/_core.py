@@ -333,17 +333,15 @@ class _Call:
         self.request: dict[str, Any] = {**kwargs, **options.constraints}
         self.messages: list[dict[str, Any]] = shape.messages(kwargs)
         self.model = str(kwargs.get("model", ""))
+        # The one record of the call: what the caller gets back, what the ledger counts and
+        # what the recorder's line is made from.
         self.info = CallInfo(
             outcome="bypass",
             category=options.category,
             agent=options.agent,
+            model=self.partition.model,
             partition_key=self.partition.key,
         )
-        self.embed_tokens = 0
-        self.embed_usd = 0.0
-        self.revise_usage: Usage | None = None
-        self.revise_usd = 0.0
-        self.tokens_avoided = 0
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -451,12 +449,12 @@ class _Call:
 
     def _count_embedding(self, text: str) -> None:
         tokens, _ = count_tokens(text)
-        self.embed_tokens = tokens
+        self.info.embed_tokens = tokens
         model_id = self.cache.embedder.model_id
         # Only a paid embedder costs money; the local model is free to run.
         if model_id.startswith("openai:"):
             name = model_id.split(":", 1)[1].split("@", 1)[0]
-            self.embed_usd = self.cache.prices.cost(name, Usage(prompt_tokens=tokens))
+            self.info.embed_usd = self.cache.prices.cost(name, Usage(prompt_tokens=tokens))
 
     def _serve(self, candidate: Candidate) -> Any:
         modifier = self.policy.modifier if self.policy.modifier is not None else Read()
@@ -503,8 +501,8 @@ class _Call:
         self.info.usage = self.info.usage + spent
         self.info.cost_usd += cost
         if spent.total_tokens:
-            self.revise_usage = spent
-            self.revise_usd = cost
+            self.info.revise_tokens = spent.total_tokens
+            self.info.revise_usd = cost
         if reason is not None:
             logger.info(
                 "cached answer unusable for %s (%s): %s", self.options.category, name, reason
@@ -525,7 +523,7 @@ class _Call:
         avoided = Usage(
             prompt_tokens=prompt_tokens, completion_tokens=entry.usage.completion_tokens
         )
-        self.tokens_avoided = avoided.total_tokens
+        self.info.tokens_avoided = avoided.total_tokens
         self.info.avoided_usd = self.cache.prices.cost(self.model, avoided)
         self.info.attempts = 0
 
@@ -608,18 +606,10 @@ class _Call:
     def _settle(self) -> None:
         """Close the call's figures (latency, embedding cost) before it is recorded."""
         self.info.latency_s = time.perf_counter() - self.started
-        self.info.cost_usd += self.embed_usd
+        self.info.cost_usd += self.info.embed_usd
 
     def _account(self) -> None:
-        self.cache.ledger.record(
-            self.partition,
-            self.info,
-            revise_usage=self.revise_usage,
-            revise_usd=self.revise_usd,
-            embed_tokens=self.embed_tokens,
-            embed_usd=self.embed_usd,
-            tokens_avoided=self.tokens_avoided,
-        )
+        self.cache.ledger.record(self.info)
 
     def _record(self, build: Callable[[], RecordedCall]) -> None:
         """Append a record; a failure is counted (``record_failed``), never raised."""
@@ -633,38 +623,20 @@ class _Call:
         if not written:
             self.info.record_failed = True
 
+    def _asked(self) -> dict[str, Any]:
+        """What this call asked, as its dataset lines record it."""
+        return {
+            "options": self.options,
+            "messages": self.messages,
+            "params": _jsonable_params(self.shape.key_params(self.kwargs)),
+            "constraints": _jsonable(self.options.constraints),
+        }
+
     def _finish(self, completion: Any) -> tuple[Any, CallInfo]:
         self._settle()
-        u = self.info.usage
         self._record(
-            lambda: RecordedCall(
-                category=self.options.category,
-                agent=self.options.agent,
-                keywords=list(self.options.keywords) if self.options.keywords else None,
-                options=list(self.options.options) if self.options.options else None,
-                embed_text=self.info.embed_text,
-                messages=self.messages,
-                model=self.model,
-                params=_jsonable_params(self.shape.key_params(self.kwargs)),
-                constraints=_jsonable(self.options.constraints),
-                response=self.shape.content(completion),
-                prompt_tokens=u.prompt_tokens,
-                completion_tokens=u.completion_tokens,
-                usage_source=u.source,
-                attempts=self.info.attempts,
-                escalated=self.info.escalated,
-                resubmission=False,
-                outcome=self.info.outcome,
-                similarity=self.info.similarity.cosine if self.info.similarity else None,
-                similarity_normalized=(
-                    self.info.similarity.normalized if self.info.similarity else None
-                ),
-                modifier=self.info.modifier,
-                entry_id=self.info.entry_id,
-                cost_usd=self.info.cost_usd,
-                avoided_usd=self.info.avoided_usd,
-                latency_s=self.info.latency_s,
-                metadata=self.options.metadata,
+            lambda: RecordedCall.from_info(
+                self.info, **self._asked(), response=self.shape.content(completion)
             )
         )
         self._account()
@@ -674,26 +646,14 @@ class _Call:
         self, attempt: int, model: str, content: str | None, usage: Usage, reason: str
     ) -> None:
         self._record(
-            lambda: RecordedCall(
-                kind="invalid_attempt",
-                category=self.options.category,
-                agent=self.options.agent,
-                keywords=list(self.options.keywords) if self.options.keywords else None,
-                options=list(self.options.options) if self.options.options else None,
-                messages=self.messages,
-                model=model,
-                params=_jsonable_params(self.shape.key_params(self.kwargs)),
-                constraints=_jsonable(self.options.constraints),
-                response=content,
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                usage_source=usage.source,
+            lambda: RecordedCall.invalid_attempt(
+                **self._asked(),
                 attempt=attempt,
-                resubmission=True,
-                valid=False,
+                model=model,
+                response=content,
+                usage=usage,
                 error=reason,
                 outcome=self.info.outcome,
-                metadata=self.options.metadata,
             )
         )
 

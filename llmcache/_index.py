@@ -124,12 +124,21 @@ class ExactIndex:
         self._n = 0
         self._row_of: dict[int, int] = {}
 
+    kind = "exact"
+
     @property
     def dim(self) -> int:
         return self._dim
 
     def __len__(self) -> int:
         return self._n
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Nothing runs in the background: ``True`` at once."""
+        return True
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
     def _reserve(self, needed: int) -> None:
         capacity = self._vectors.shape[0]
@@ -274,9 +283,18 @@ class HnswIndex:
         index.set_ef(self._ef_search)
         return index
 
+    kind = "hnsw"
+
     @property
     def dim(self) -> int:
         return self._dim
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Nothing runs in the background: ``True`` at once."""
+        return True
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
     @property
     def ef_search(self) -> int:
@@ -464,6 +482,11 @@ class AutoIndex:
         """The index searches use right now."""
         with self._lock:
             return self._hnsw if self._hnsw is not None else self._exact
+
+    @property
+    def kind(self) -> str:
+        """The form :meth:`save` writes now: ``exact`` until the switch to ``hnsw`` is done."""
+        return self.inner.kind
 
     @property
     def switching(self) -> bool:

@@ -13,6 +13,7 @@ import math
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -77,9 +78,46 @@ class PriceTable(BaseModel):
 
 def stats_key(partition: Partition) -> str:
     """The counters' key: readable without the store (``python -m llmcache stats``)."""
-    return json.dumps(
-        [partition.category, partition.agent, partition.model, partition.key], ensure_ascii=False
+    return _stats_key(partition.category, partition.agent, partition.model, partition.key)
+
+
+def _stats_key(category: str, agent: str, model: str, key: str) -> str:
+    return json.dumps([category, agent, model, key], ensure_ascii=False)
+
+
+# How two values of one counter combine, wherever counters meet (the ledger's pending deltas,
+# a store adding them up, a Postgres upsert): most add up; a counter named "max_…" or "min_…"
+# keeps the extreme. By prefix, so that a store needs no list of counters. The SQL name is for
+# stores that merge in the database (see COUNTER_MERGE_SQL).
+EXTREME_COUNTERS: dict[str, tuple[Callable[[float, float], float], str]] = {
+    "max_": (max, "greatest"),
+    "min_": (min, "least"),
+}
+
+
+def merge_counter(name: str, old: float | None, new: float) -> float:
+    """One counter's value after adding ``new`` to ``old`` (``None``: not counted yet)."""
+    if old is None:
+        return new
+    for prefix, (pick, _) in EXTREME_COUNTERS.items():
+        if name.startswith(prefix):
+            return pick(old, new)
+    return old + new
+
+
+def merge_counters(counters: MutableMapping[str, float], delta: Mapping[str, float]) -> None:
+    """Add ``delta`` into ``counters`` in place, by :func:`merge_counter`."""
+    for name, value in delta.items():
+        counters[name] = merge_counter(name, counters.get(name), float(value))
+
+
+def counter_merge_sql(name: str, old: str, new: str) -> str:
+    """:func:`merge_counter` as an SQL expression over the columns ``name``, ``old``, ``new``."""
+    cases = " ".join(
+        f"WHEN starts_with({name}, '{prefix}') THEN {function}({old}, {new})"
+        for prefix, (_, function) in EXTREME_COUNTERS.items()
     )
+    return f"CASE {cases} ELSE {old} + {new} END"
 
 
 class TableStats(BaseModel):
@@ -239,50 +277,41 @@ class Ledger:
         self._flush_every = flush_every
         self._flush_seconds = flush_seconds
 
-    def record(
-        self,
-        partition: Partition,
-        info: CallInfo,
-        *,
-        revise_usage: Usage | None = None,
-        revise_usd: float = 0.0,
-        embed_tokens: int = 0,
-        embed_usd: float = 0.0,
-        tokens_avoided: int = 0,
-    ) -> None:
-        key = stats_key(partition)
+    def record(self, info: CallInfo) -> None:
+        """Count one call in its table's pending deltas; flushed in batches."""
+        key = _stats_key(
+            info.category or "", info.agent or "", info.model or "", info.partition_key or ""
+        )
+        plural = {"hit": "hits", "miss": "misses", "collect": "collects", "bypass": "bypasses"}
+        delta: dict[str, float] = {plural[info.outcome]: 1}
+        if info.outcome in ("hit", "miss"):
+            delta["lookups"] = 1
+        delta |= {
+            "attempts": info.attempts,
+            "escalations": int(info.escalated),
+            "corrupt": info.corrupt_dropped,
+            "store_failures": int(info.store_failed),
+            "record_failures": int(info.record_failed),
+        }
+        if info.similarity is not None:
+            s = info.similarity.cosine
+            b = min(HIST_BINS - 1, max(0, int(info.similarity.normalized * HIST_BINS)))
+            # "max_"/"min_" counters keep the extreme when merged (merge_counter).
+            delta |= {"sim_n": 1, "sim_sum": s, "sim_sumsq": s * s, "max_sim": s, "min_sim": s}
+            delta[f"sim_bin_{b}"] = 1
+        if info.outcome == "hit" and info.modifier:
+            delta[f"modifier_{info.modifier}"] = 1
+        delta |= {
+            "tokens_spent": info.usage.total_tokens,
+            "usd_spent": info.cost_usd,
+            "tokens_avoided": info.tokens_avoided,
+            "usd_avoided": info.avoided_usd,
+        }
+        if info.revise_tokens:
+            delta |= {"revise_tokens": info.revise_tokens, "revise_usd": info.revise_usd}
+        delta |= {"embed_tokens": info.embed_tokens, "embed_usd": info.embed_usd}
         with self._lock:
-            c = self._pending[key]
-            plural = {"hit": "hits", "miss": "misses", "collect": "collects", "bypass": "bypasses"}
-            c[plural[info.outcome]] += 1
-            if info.outcome in ("hit", "miss"):
-                c["lookups"] += 1
-            c["attempts"] += info.attempts
-            c["escalations"] += int(info.escalated)
-            c["corrupt"] += info.corrupt_dropped
-            c["store_failures"] += int(info.store_failed)
-            c["record_failures"] += int(info.record_failed)
-            if info.similarity is not None:
-                s = info.similarity.cosine
-                c["sim_n"] += 1
-                c["sim_sum"] += s
-                c["sim_sumsq"] += s * s
-                # "max_"/"min_" keys are merged by max/min in the store, not summed.
-                c["max_sim"] = max(c.get("max_sim", -2.0), s)
-                c["min_sim"] = min(c.get("min_sim", 2.0), s)
-                b = min(HIST_BINS - 1, max(0, int(info.similarity.normalized * HIST_BINS)))
-                c[f"sim_bin_{b}"] += 1
-            if info.outcome == "hit" and info.modifier:
-                c[f"modifier_{info.modifier}"] += 1
-            c["tokens_spent"] += info.usage.total_tokens
-            c["usd_spent"] += info.cost_usd
-            c["tokens_avoided"] += tokens_avoided
-            c["usd_avoided"] += info.avoided_usd
-            if revise_usage is not None:
-                c["revise_tokens"] += revise_usage.total_tokens
-                c["revise_usd"] += revise_usd
-            c["embed_tokens"] += embed_tokens
-            c["embed_usd"] += embed_usd
+            merge_counters(self._pending[key], delta)
             self._events += 1
             due = (
                 self._events >= self._flush_every
@@ -308,14 +337,7 @@ class Ledger:
         if failed:
             with self._lock:
                 for key, delta in failed.items():
-                    c = self._pending[key]
-                    for name, value in delta.items():
-                        if name.startswith("max_"):
-                            c[name] = max(c.get(name, value), value)
-                        elif name.startswith("min_"):
-                            c[name] = min(c.get(name, value), value)
-                        else:
-                            c[name] += value
+                    merge_counters(self._pending[key], delta)
 
     def stats(self) -> CacheStats:
         self.flush()

@@ -33,8 +33,9 @@ Why this shape:
   an LLM answer may contain, and it would parse on every write for nothing.
 - **Concurrency.** Ids come from an identity column; an entry (partition row, vector, body)
   is written by one statement, so a lookup in another process sees all of it or none of it.
-  Counters are merged by ``INSERT … ON CONFLICT DO UPDATE`` in the server (sum, or
-  greatest/least for ``max_``/``min_`` names), so concurrent writers never lose an increment.
+  Counters are merged by ``INSERT … ON CONFLICT DO UPDATE`` in the server (by the ledger's
+  one rule, written as SQL: sum, or greatest/least for ``max_``/``min_`` names), so concurrent
+  writers never lose an increment.
 - **Times apart from vectors.** What bounds the cache (when an entry was stored and last hit,
   on the cache's clock, and its size) lives in ``entry_times``, a narrow row per entry: a hit
   updates that row, not the entry's (an UPDATE writes a new row version, which for ``entries``
@@ -64,8 +65,9 @@ from numpy.typing import NDArray
 from pydantic import ValidationError
 
 from ._config import Limits
-from ._errors import ConfigurationError, CorruptEntryError, EmbedderMismatchError, StoreError
-from ._protocols import Manifest
+from ._errors import ConfigurationError, CorruptEntryError, StoreError
+from ._ledger import counter_merge_sql, stats_key
+from ._manifest import EmbedderRecord, Manifest
 from ._types import CacheEntry, Partition
 
 try:
@@ -238,12 +240,9 @@ INSERT INTO stats AS s (key, name, value)
 SELECT %(key)s, d.name, d.value
 FROM unnest(%(names)s::text[], %(values)s::float8[]) AS d(name, value)
 ORDER BY d.name
-ON CONFLICT (key, name) DO UPDATE SET value = CASE
-    WHEN starts_with(s.name, 'max_') THEN greatest(s.value, excluded.value)
-    WHEN starts_with(s.name, 'min_') THEN least(s.value, excluded.value)
-    ELSE s.value + excluded.value
-END
-"""
+ON CONFLICT (key, name) DO UPDATE SET value = """ + counter_merge_sql(
+    "s.name", "s.value", "excluded.value"
+)
 
 
 def _require_driver() -> None:
@@ -390,7 +389,13 @@ class PgBackend:
         self._where = _where(dsn)
         self._connect_kwargs = connect_kwargs
         self._search_path: str | None = None
-        self._manifest: Manifest | None = None
+        self._embedder = EmbedderRecord(
+            where=f"schema {schema!r} of {self._where}",
+            remedy="use a fresh schema (PgBackend(dsn, schema=...)), or delete this one "
+            "(DROP SCHEMA ... CASCADE) to rebuild the cache with the new embedder",
+            read=self.read_manifest,
+            record=self._record_manifest,
+        )
         self._closed = False
         self._ann: frozenset[str] = frozenset()
         self._ann_checked = -_ANN_REFRESH_S
@@ -398,7 +403,7 @@ class PgBackend:
         # Connect now: a wrong DSN, a missing extension or a refused schema fails at open time,
         # not inside the first LLM call.
         with self._connection() as conn:
-            self._manifest = self._read_manifest(conn)
+            self._embedder.manifest = self._read_manifest(conn)
 
     @property
     def schema(self) -> str:
@@ -616,18 +621,8 @@ class PgBackend:
         except (ValidationError, ValueError) as exc:
             raise StoreError(f"the manifest in schema {self._schema!r} is corrupt: {exc}") from exc
 
-    def _mismatch(self, manifest: Manifest, embedder_id: str, dim: int) -> EmbedderMismatchError:
-        return EmbedderMismatchError(
-            f"the cache in schema {self._schema!r} of {self._where} was built with embedder "
-            f"{manifest.embedder_id!r} (dimension {manifest.dim}), but it is being opened with "
-            f"{embedder_id!r} (dimension {dim}). Vectors of different embedders cannot be "
-            "compared: open it with the same embedder, or use a fresh schema "
-            "(PgBackend(dsn, schema=...)), or delete this one (DROP SCHEMA ... CASCADE) to "
-            "rebuild the cache with the new embedder."
-        )
-
-    def check_embedder(self, embedder_id: str, dim: int) -> None:
-        manifest = Manifest(embedder_id=embedder_id, dim=dim)
+    def _record_manifest(self, manifest: Manifest) -> Manifest:
+        """Record ``manifest`` unless the schema has one; return the one it has."""
         with self._connection() as conn:
             # First writer wins, atomically: a second process with another embedder sees the
             # first one's manifest and is refused.
@@ -639,30 +634,15 @@ class PgBackend:
             stored = self._read_manifest(conn)
         if stored is None:  # pragma: no cover - the insert above guarantees a row
             raise StoreError("could not record the embedder manifest")
-        if stored.embedder_id != embedder_id or stored.dim != dim:
-            raise self._mismatch(stored, embedder_id, dim)
-        self._manifest = stored
+        return stored
+
+    def check_embedder(self, embedder_id: str, dim: int) -> None:
+        self._embedder.check(embedder_id, dim)
 
     def _checked_dim(self, vector_dim: int, embedder_id: str | None) -> int | None:
-        """The cache's dimension after checking a vector (and its embedder) against it.
-
-        ``None`` when no manifest is recorded yet and nothing is to be written (a search of an
-        empty cache). A write without a manifest records the entry's embedder, as the
-        embedded backend does.
-        """
-        if self._manifest is None:
-            self._manifest = self._read(self._read_manifest)
-        if self._manifest is None:
-            if embedder_id is None:
-                return None
-            self.check_embedder(embedder_id, vector_dim)
-            assert self._manifest is not None
-        manifest = self._manifest
-        if vector_dim != manifest.dim or (
-            embedder_id is not None and embedder_id != manifest.embedder_id
-        ):
-            raise self._mismatch(manifest, embedder_id or manifest.embedder_id, vector_dim)
-        return manifest.dim
+        """The cache's dimension after checking a vector (and its embedder) against it;
+        ``None`` for a search of a cache nothing was ever stored in."""
+        return self._embedder.dim_for(vector_dim, embedder_id)
 
     # -- entries -----------------------------------------------------------------------------
 
@@ -783,7 +763,7 @@ class PgBackend:
         """
         if not re.fullmatch(r"[0-9a-f]{8,64}", partition_key):
             raise ConfigurationError(f"not a partition key: {partition_key!r}")
-        manifest = self._manifest or self.read_manifest()
+        manifest = self._embedder.manifest or self.read_manifest()
         if manifest is None:
             raise ConfigurationError("the cache is empty: there is nothing to index")
         statement = sql.SQL(
@@ -896,7 +876,6 @@ class PgBackend:
         """
 
         def drop(entry_id: int, why: CorruptEntryError) -> None:
-            from ._ledger import stats_key  # the counters' key, as the ledger writes it
 
             logger.warning("dropping damaged entry %s/%d: %s", partition_key, entry_id, why)
             try:
@@ -956,7 +935,6 @@ class PgBackend:
         self, conn: psycopg.Connection[Any], partition_key: str, counter: str, n: int
     ) -> None:
         """Add ``n`` to a table's counter inside ``conn``'s transaction."""
-        from ._ledger import stats_key  # the counters' key, as the ledger writes it
 
         row = conn.execute(
             "SELECT category, agent, params_hash, model FROM partitions WHERE pkey = %s",

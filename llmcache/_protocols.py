@@ -1,8 +1,16 @@
 """The seams of llmcache, as ``typing.Protocol`` classes.
 
 Implementations are passed to constructors; there is no global registry and no string factory.
-The embedded defaults are :class:`~llmcache.MiniLMEmbedder`, :class:`~llmcache.HnswIndex`,
-:class:`~llmcache.DiskStore` (composed by :class:`~llmcache.LocalBackend`).
+Each protocol lists everything llmcache calls on it. The embedded defaults are
+:class:`~llmcache.MiniLMEmbedder` (an :class:`Embedder`), an index per table that searches
+exactly while the table is small and with :class:`~llmcache.HnswIndex` once it grows (a
+:class:`VectorIndex`, made by ``LocalBackend(index_factory=...)``), and
+:class:`~llmcache.LocalBackend` (a :class:`BoundedBackend`; :class:`~llmcache.PgBackend` is the
+other).
+
+Storage is plugged in whole, as a :class:`CacheBackend`: the entry store inside
+``LocalBackend`` is part of the directory's format (index files name it, processes sharing the
+directory rely on its commit order, bounds are kept in its transactions), not a seam.
 """
 
 from __future__ import annotations
@@ -14,32 +22,20 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel
 
 from ._config import Limits
+from ._manifest import Manifest
 from ._types import CacheEntry, CacheOptions, Candidate, Partition, Usage
 
 __all__ = [
     "BoundedBackend",
     "CacheBackend",
     "Embedder",
-    "EntryStore",
-    "Manifest",
     "Modifier",
     "ModifyContext",
     "Validator",
     "VectorIndex",
 ]
-
-SCHEMA_VERSION = 1
-
-
-class Manifest(BaseModel):
-    """What a cache directory (or database) was built with; checked on every open."""
-
-    schema_version: int = SCHEMA_VERSION
-    embedder_id: str
-    dim: int
 
 
 @runtime_checkable
@@ -68,10 +64,19 @@ class VectorIndex(Protocol):
     Ids are the store's entry ids. ``search`` returns ``(id, cosine)`` pairs, best first, at
     most ``min(k, len(self))`` of them. Implementations must be safe to call from several
     threads at once.
+
+    An index may reorganise itself in the background (the default one moves a table that
+    outgrew exact search to HNSW): ``kind`` names the form ``save`` would write now, so that a
+    change of form is saved even when no vector was added; ``wait`` waits for such work and
+    ``close`` stops it. An index without background work returns a constant ``kind``,
+    ``True`` from ``wait`` and does nothing on ``close``.
     """
 
     @property
     def dim(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
 
     def add(self, ids: Sequence[int], vectors: NDArray[np.float32]) -> None: ...
 
@@ -85,43 +90,9 @@ class VectorIndex(Protocol):
 
     def load(self, path: Path) -> None: ...
 
-
-@runtime_checkable
-class EntryStore(Protocol):
-    """Durable storage of entries, split by partition key. Ids are assigned by the store,
-    increase within a partition, and are never reused."""
-
-    def read_manifest(self) -> Manifest | None: ...
-
-    def write_manifest(self, manifest: Manifest) -> None: ...
-
-    def put(self, entry: CacheEntry) -> int: ...
-
-    def get(self, partition_key: str, entry_id: int) -> CacheEntry | None:
-        """The entry, ``None`` if absent; raises ``CorruptEntryError`` if it is damaged
-        (cannot be decoded, fails its checksum, lost its data)."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for background work to finish; ``True`` when none is running."""
         ...
-
-    def iterate(self, partition_key: str, after_id: int = 0) -> Iterator[CacheEntry]:
-        """Entries with ``id > after_id`` in id order; damaged ones are skipped, logged,
-        evicted and counted (``corrupt``), never skipped silently."""
-        ...
-
-    def evict(self, partition_key: str, entry_id: int) -> None: ...
-
-    def partitions(self) -> list[Partition]: ...
-
-    def count(self, partition_key: str) -> int: ...
-
-    def last_id(self, partition_key: str) -> int:
-        """The highest id ever assigned in the partition (0 when none)."""
-        ...
-
-    def add_stats(self, partition_key: str, delta: dict[str, float]) -> None:
-        """Add counters (ledger deltas) atomically; safe across processes."""
-        ...
-
-    def read_stats(self) -> dict[str, dict[str, float]]: ...
 
     def close(self) -> None: ...
 
@@ -130,15 +101,25 @@ class EntryStore(Protocol):
 class CacheBackend(Protocol):
     """Everything the cache core needs from storage: entries, nearest-neighbour search, counters.
 
-    :class:`~llmcache.LocalBackend` composes an :class:`EntryStore` with one
-    :class:`VectorIndex` per partition; a database with vector search implements it directly.
+    :class:`~llmcache.LocalBackend` keeps entries in a directory with one :class:`VectorIndex`
+    per partition; :class:`~llmcache.PgBackend` is a database with vector search. A backend
+    that also keeps entry times is a :class:`BoundedBackend` and can be bounded.
     """
 
     def check_embedder(self, embedder_id: str, dim: int) -> None:
         """Record the embedder on first use; raise ``EmbedderMismatchError`` on a different one."""
         ...
 
+    def read_manifest(self) -> Manifest | None:
+        """The embedder the cache was built with; ``None`` before one is recorded."""
+        ...
+
     def add(self, entry: CacheEntry) -> int: ...
+
+    def add_many(self, entries: Sequence[CacheEntry]) -> list[int]:
+        """Add several entries (a transfer's batch); their ids in order. A backend with a
+        cheaper bulk write uses it; adding them one by one is correct too."""
+        ...
 
     def search(
         self, partition: Partition, vector: NDArray[np.float32], k: int
@@ -154,7 +135,10 @@ class CacheBackend(Protocol):
 
     def iterate(self, partition_key: str) -> Iterator[CacheEntry]: ...
 
-    def add_stats(self, partition_key: str, delta: dict[str, float]) -> None: ...
+    def add_stats(self, partition_key: str, delta: dict[str, float]) -> None:
+        """Add counters (ledger deltas) atomically; safe across processes. A counter adds up,
+        except one named ``max_…`` or ``min_…``, which keeps the extreme."""
+        ...
 
     def read_stats(self) -> dict[str, dict[str, float]]: ...
 

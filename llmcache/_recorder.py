@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ._types import CacheOptions, CallInfo, Usage
+
 __all__ = ["RecordedCall", "Recorder", "read_records"]
 
 logger = logging.getLogger(__name__)
@@ -54,6 +56,94 @@ class RecordedCall(BaseModel):
     avoided_usd: float = 0.0
     latency_s: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_info(
+        cls,
+        info: CallInfo,
+        *,
+        options: CacheOptions,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        constraints: dict[str, Any],
+        response: str | None,
+    ) -> RecordedCall:
+        """The line of a whole call: how it was answered (``info``, the record the ledger
+        counts too) beside what only the recorder writes down: what was asked (the caller's
+        options, the prompt as messages, the output-affecting parameters and per-query
+        constraints) and the answer's text."""
+        usage = info.usage
+        similarity = info.similarity
+        return cls(
+            **_asked(options, messages, params, constraints),
+            model=info.model or "",
+            embed_text=info.embed_text,
+            response=response,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            usage_source=usage.source,
+            attempts=info.attempts,
+            escalated=info.escalated,
+            outcome=info.outcome,
+            similarity=similarity.cosine if similarity else None,
+            similarity_normalized=similarity.normalized if similarity else None,
+            modifier=info.modifier,
+            entry_id=info.entry_id,
+            cost_usd=info.cost_usd,
+            avoided_usd=info.avoided_usd,
+            latency_s=info.latency_s,
+        )
+
+    @classmethod
+    def invalid_attempt(
+        cls,
+        *,
+        options: CacheOptions,
+        messages: list[dict[str, Any]],
+        params: dict[str, Any],
+        constraints: dict[str, Any],
+        attempt: int,
+        model: str,
+        response: str | None,
+        usage: Usage,
+        error: str,
+        outcome: str,
+    ) -> RecordedCall:
+        """The line of one answer the validator refused, asked as :meth:`from_info`'s call
+        was; a resubmission follows it."""
+        return cls(
+            **_asked(options, messages, params, constraints),
+            kind="invalid_attempt",
+            model=model,
+            response=response,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            usage_source=usage.source,
+            attempt=attempt,
+            resubmission=True,
+            valid=False,
+            error=error,
+            outcome=outcome,
+        )
+
+
+def _asked(
+    options: CacheOptions,
+    messages: list[dict[str, Any]],
+    params: dict[str, Any],
+    constraints: dict[str, Any],
+) -> dict[str, Any]:
+    """The fields every line of one call shares: what the call asked."""
+    return {
+        "category": options.category,
+        "agent": options.agent,
+        "keywords": list(options.keywords) if options.keywords else None,
+        "options": list(options.options) if options.options else None,
+        "messages": messages,
+        "params": params,
+        "constraints": constraints,
+        "metadata": options.metadata,
+    }
 
 
 class Recorder:

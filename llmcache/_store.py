@@ -49,8 +49,8 @@ from pydantic import ValidationError
 
 from ._config import Limits
 from ._errors import CorruptEntryError, StoreError
-from ._ledger import stats_key
-from ._protocols import Manifest
+from ._ledger import merge_counters, stats_key
+from ._manifest import Manifest
 from ._types import CacheEntry, Partition, checksum_problem
 
 __all__ = ["DiskStore"]
@@ -121,16 +121,6 @@ def _is_decode_error(exc: sqlite3.Error) -> bool:
     # sqlite3 reports text that is not UTF-8 as an OperationalError, like a locked database;
     # only the message tells damage (evict) from a transient failure (never evict for that).
     return "decode" in str(exc).lower()
-
-
-def _merge_counter(name: str, old: float | None, new: float) -> float:
-    if old is None:
-        return new
-    if name.startswith("max_"):
-        return max(old, new)
-    if name.startswith("min_"):
-        return min(old, new)
-    return old + new
 
 
 class DiskStore:
@@ -741,8 +731,7 @@ class DiskStore:
             with self._cache.transact():
                 counters = self._read_counters(partition_key)
                 is_new = f"s:{partition_key}" not in self._cache
-                for name, value in delta.items():
-                    counters[name] = _merge_counter(name, counters.get(name), float(value))
+                merge_counters(counters, delta)
                 self._cache.set(f"s:{partition_key}", json.dumps(counters, sort_keys=True))
                 if is_new:
                     self._append_to_list(_STATS_KEYS, partition_key)

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import ConfigurationError, EmbedderMismatchError, LLMCacheError
-from ._protocols import CacheBackend, Manifest
+from ._manifest import Manifest
+from ._protocols import CacheBackend
 from ._types import CacheEntry, Partition
 
 __all__ = ["export_main", "import_main", "transfer"]
@@ -35,17 +36,6 @@ __all__ = ["export_main", "import_main", "transfer"]
 logger = logging.getLogger(__name__)
 
 _BATCH = 500
-
-
-def _manifest_of(backend: CacheBackend) -> Manifest | None:
-    """The embedder record of a backend, where it exposes one (both built-in backends do)."""
-    for owner in (backend, getattr(backend, "store", None)):
-        reader = getattr(owner, "read_manifest", None)
-        if callable(reader):
-            manifest = reader()
-            if isinstance(manifest, Manifest):
-                return manifest
-    return None
 
 
 def _first_entry(backend: CacheBackend) -> CacheEntry | None:
@@ -72,15 +62,6 @@ def _batches(entries: Iterator[CacheEntry], size: int) -> Iterator[list[CacheEnt
         yield batch
 
 
-def _add_all(dst: CacheBackend, entries: list[CacheEntry]) -> None:
-    add_many = getattr(dst, "add_many", None)
-    if callable(add_many):
-        add_many(entries)  # PgBackend: one pipelined transaction per batch
-        return
-    for entry in entries:
-        dst.add(entry)
-
-
 def transfer(
     src: CacheBackend,
     dst: CacheBackend,
@@ -95,7 +76,7 @@ def transfer(
     :class:`~llmcache.EmbedderMismatchError` before copying anything when ``dst`` was built with
     another embedder, or when ``src`` holds vectors of more than one embedder.
     """
-    manifest = _manifest_of(src)
+    manifest = src.read_manifest()
     if manifest is None:
         first = _first_entry(src)
         if first is not None:
@@ -127,7 +108,7 @@ def transfer(
                     continue
                 present.add(fingerprint)
                 fresh.append(entry.model_copy(update={"id": -1}))
-            _add_all(dst, fresh)
+            dst.add_many(fresh)  # PgBackend: one pipelined transaction per batch
             copied += len(fresh)
         logger.info(
             "copied %d entries of %s/%s (%d already there)",

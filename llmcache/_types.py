@@ -327,10 +327,16 @@ Outcome = Literal["hit", "miss", "collect", "bypass"]
 class CallInfo(BaseModel):
     """How one answer was made, reported beside the (unmodified) ChatCompletion.
 
+    The one record of a call: the ledger counts it and the recorder writes its dataset line
+    from it.
+
     ``outcome``: ``hit`` (answered from the cache), ``miss`` (looked up, then called the LLM),
     ``collect`` (called and stored without a lookup), ``bypass`` (not cached at all).
+    ``category``, ``agent``, ``model`` and ``partition_key`` name the call's table.
     ``usage``/``cost_usd`` are what this call really spent (LLM attempts, revisions, query
-    embedding); ``avoided_usd`` is what a hit saved against calling the LLM.
+    embedding); ``avoided_usd`` and ``tokens_avoided`` are what a hit saved against calling the
+    LLM. Of what was spent, ``revise_tokens``/``revise_usd`` went to a modifier's revision and
+    ``embed_tokens``/``embed_usd`` to embedding the query (only a paid embedder costs money).
     ``corrupt_dropped`` counts damaged entries the lookup met (each evicted); ``store_failed``
     and ``record_failed`` say the answer was returned but could not be stored or recorded.
     """
@@ -338,6 +344,7 @@ class CallInfo(BaseModel):
     outcome: Outcome
     category: str | None = None
     agent: str | None = None
+    model: str | None = None
     partition_key: str | None = None
     similarity: Similarity | None = None
     threshold: float | None = None
@@ -348,6 +355,11 @@ class CallInfo(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
     avoided_usd: float = 0.0
+    tokens_avoided: int = 0
+    revise_tokens: int = 0
+    revise_usd: float = 0.0
+    embed_tokens: int = 0
+    embed_usd: float = 0.0
     embed_text: str | None = None
     corrupt_dropped: int = 0
     store_failed: bool = False

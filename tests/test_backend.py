@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from llmcache._backend import LocalBackend
 from llmcache._errors import CorruptEntryError, EmbedderMismatchError
 from llmcache._index import AutoIndex, ExactIndex, HnswIndex
-from llmcache._protocols import CacheBackend
+from llmcache._protocols import CacheBackend, VectorIndex
 from llmcache._store import DiskStore
 from llmcache._types import CacheEntry, EmbedMode, Partition, Usage
 
@@ -278,6 +278,69 @@ def test_saved_index_is_loaded_then_caught_up(tmp_path: Path, kind: str) -> None
         assert ids[4] not in {i for i, _ in backend.search(P, unit(4), 30)}
 
 
+class ReshapingIndex:
+    """A VectorIndex of a caller's own, with the protocol's methods and nothing else: exact
+    search that "reorganises" itself on request, as AutoIndex does in the background."""
+
+    def __init__(self, dim: int) -> None:
+        self._inner = ExactIndex(dim)
+        self.kind = "flat"
+        self.waited = self.closed = 0
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    def add(self, ids: Any, vectors: NDArray[np.float32]) -> None:
+        self._inner.add(ids, vectors)
+
+    def search(self, vector: NDArray[np.float32], k: int) -> list[tuple[int, float]]:
+        return self._inner.search(vector, k)
+
+    def remove(self, entry_id: int) -> None:
+        self._inner.remove(entry_id)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def save(self, path: Path) -> None:
+        self._inner.save(path)
+        Path(f"{path}.kind").write_text(self.kind)
+
+    def load(self, path: Path) -> None:
+        self._inner.load(path)
+        self.kind = Path(f"{path}.kind").read_text()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited += 1
+        return True
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_vector_index_of_ones_own_plugs_in_through_the_protocol(tmp_path: Path) -> None:
+    made: list[ReshapingIndex] = []
+
+    def factory(dim: int) -> ReshapingIndex:
+        made.append(ReshapingIndex(dim))
+        return made[-1]
+
+    assert isinstance(ReshapingIndex(DIM), VectorIndex)
+    with local(tmp_path, index_factory=factory) as backend:
+        ids = [backend.add(make_entry(P, unit(i))) for i in range(5)]
+        backend.save()
+        assert backend.wait_for_indexes() and made[0].waited == 1
+        (index_file,) = (tmp_path / "index").glob(f"{P.key}.*.idx")
+        made[0].kind = "graph"  # a new form, no new vector: worth saving again
+        backend.save()
+        assert not index_file.exists()
+    assert made[0].closed == 1
+    with local(tmp_path, index_factory=factory) as backend:
+        assert backend.search(P, unit(3), 1)[0][0] == ids[3]
+        assert made[-1].kind == "graph"  # loaded from the file saved in its new form
+
+
 def test_index_rebuilt_when_files_are_deleted(tmp_path: Path) -> None:
     with local(tmp_path) as backend:
         ids = [backend.add(make_entry(P, unit(i))) for i in range(25)]
@@ -399,8 +462,8 @@ def test_first_manifest_wins(tmp_path: Path) -> None:
         first.check_embedder("model-a", DIM)
         with pytest.raises(EmbedderMismatchError):
             second.check_embedder("model-b", DIM)
-        assert second.store.read_manifest() is not None
-        assert second.store.read_manifest().embedder_id == "model-a"  # type: ignore[union-attr]
+        assert second.read_manifest() is not None
+        assert second.read_manifest().embedder_id == "model-a"  # type: ignore[union-attr]
     finally:
         first.close()
         second.close()

@@ -262,6 +262,32 @@ def test_with_cache_returns_a_copy_sharing_the_tables(tmp_path: Path) -> None:
     assert info.outcome == "hit" and len(fake.calls) == 1
 
 
+def test_with_cache_makes_its_copy_through_the_constructor(tmp_path: Path) -> None:
+    class Counted(CachedLLM):
+        made = 0
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            type(self).made += 1
+            super().__init__(*args, **kwargs)
+
+    fake = FakeOpenAI()
+    cache = SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64))
+    client = Counted(fake, cache=cache, recorder=tmp_path / "rec.jsonl")
+    serving = client.with_cache(mode=Mode.SERVE)
+    assert isinstance(serving, Counted) and Counted.made == 2
+    assert serving.recorder is client.recorder and serving.cache.backend is cache.backend
+    assert serving.chat.completions._owner is serving  # its resources are its own
+    client.chat.completions.create(model="m", messages=MSGS, cache=opts(keywords=["a"]))
+    serving.chat.completions.create(model="m", messages=MSGS, cache=opts(keywords=["far"]))
+    # One ledger: the copy's call is counted without closing the copy.
+    assert (cache.stats().total.misses, cache.stats().total.hits) == (1, 1)
+    assert [r.outcome for r in read_records(tmp_path / "rec.jsonl")] == ["miss", "hit"]
+    client.close()
+    async_client = AsyncCachedLLM(AsyncFakeOpenAI(), tmp_path / "d", embedder=HashEmbedder(dim=8))
+    assert type(async_client.with_cache(threshold=0.5)) is AsyncCachedLLM
+    async_client.close()
+
+
 # -- modifiers -------------------------------------------------------------------------------
 
 
@@ -465,6 +491,83 @@ def test_recorder_writes_what_experiments_need(tmp_path: Path) -> None:
     assert first.keywords == ["Tree in Victoria Park is Idle"]
     assert first.metadata == meta and first.messages == MSGS and first.prompt_tokens > 0
     assert second.similarity_normalized == pytest.approx(1.0, abs=1e-5)
+
+
+# A line as the current recorder writes it, and one from the first recorder (before
+# CacheOptions.constraints existed): recorded datasets outlive the code that wrote them.
+_LINE_NOW = (
+    '{"kind":"call","ts":1718000000.5,"category":"rev","agent":"A","keywords":["tree idle now"],'
+    '"options":null,"embed_text":"tree idle now","messages":[{"role":"user","content":"rate it"}],'
+    '"model":"gpt-4o-mini","params":{"model":"gpt-4o-mini","temperature":0.1},"constraints":{},'
+    '"response":"7","prompt_tokens":5,"completion_tokens":4,"usage_source":"api",'
+    '"attempts":0,"attempt":null,"resubmission":false,"valid":true,"escalated":false,'
+    '"error":null,"outcome":"hit","similarity":0.834,"similarity_normalized":0.917,'
+    '"modifier":"revise","entry_id":1,"cost_usd":3.15e-06,"avoided_usd":4.05e-06,'
+    '"latency_s":0.002,"metadata":{"i":5}}'
+)
+_LINE_FIRST_VERSION = (
+    '{"kind":"invalid_attempt","ts":1717000000.0,"category":"importance","agent":"B",'
+    '"keywords":["tree idle"],"options":null,"embed_text":null,"messages":[],"model":"m",'
+    '"params":{"model":"m"},"response":"oops","prompt_tokens":3,"completion_tokens":1,'
+    '"usage_source":"api","attempts":1,"attempt":1,"resubmission":true,"valid":false,'
+    '"escalated":false,"error":"not JSON","outcome":"miss","similarity":null,'
+    '"similarity_normalized":null,"modifier":null,"entry_id":null,"cost_usd":0.0,'
+    '"avoided_usd":0.0,"latency_s":0.0,"metadata":{}}'
+)
+
+
+def test_recorded_lines_of_earlier_versions_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    path.write_text(f"{_LINE_NOW}\n{_LINE_FIRST_VERSION}\n", encoding="utf-8")
+    now, first = read_records(path, include_invalid=True)
+    assert (now.outcome, now.modifier, now.similarity) == ("hit", "revise", 0.834)
+    assert now.metadata == {"i": 5} and now.constraints == {}
+    assert (first.kind, first.attempt, first.error) == ("invalid_attempt", 1, "not JSON")
+    assert first.constraints == {}  # a field the first version did not write
+    assert read_records(path) == [now]
+
+
+def test_the_recorder_still_writes_the_same_fields(tmp_path: Path) -> None:
+    fake = FakeOpenAI(scripted(["oops", '{"score": 4}']))
+    client, _ = make(tmp_path, fake, categories={"importance": CategoryPolicy(validator=Score)})
+    client.chat.completions.create(model="m", messages=MSGS, cache=opts())
+    client.close()
+    lines = (tmp_path / "rec.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["kind"] for line in lines] == ["invalid_attempt", "call"]
+    assert all(set(json.loads(line)) == set(json.loads(_LINE_NOW)) for line in lines)
+
+
+def test_the_ledger_and_the_recorder_count_the_same_call_info(tmp_path: Path) -> None:
+    # One CallInfo per call feeds the caller, the ledger and the recorder: their figures agree.
+    def revision(ctx: ModifyContext) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": "Revise: " + ctx.candidate.entry.content}]
+
+    fake = FakeOpenAI(lambda r: '{"score": 5}')
+    client, _ = make(
+        tmp_path, fake, threshold=0.0,
+        categories={"importance": CategoryPolicy(modifier=Revise(revision))},
+    )  # fmt: skip
+    create = client.chat.completions.create_with_info
+    infos = [
+        create(model="gpt-4o-mini", messages=MSGS, cache=opts(keywords=[k]))[1]
+        for k in ("tree idle", "the tree is idle", "bob cooks")
+    ]
+    assert [i.outcome for i in infos] == ["miss", "hit", "hit"]
+    assert all(i.revise_tokens > 0 for i in infos[1:]) and infos[0].revise_tokens == 0
+    (table,) = client.cache.stats().tables
+    client.close()
+    stats = table
+    assert stats.usd_spent == pytest.approx(sum(i.cost_usd for i in infos))
+    assert stats.usd_avoided == pytest.approx(sum(i.avoided_usd for i in infos))
+    assert stats.tokens_avoided == sum(i.tokens_avoided for i in infos) > 0
+    assert stats.revise_tokens == sum(i.revise_tokens for i in infos)
+    assert stats.embed_tokens == sum(i.embed_tokens for i in infos) > 0
+    assert stats.modifiers == {"revise": 2}
+    lines = read_records(tmp_path / "rec.jsonl")
+    assert [(r.outcome, r.cost_usd, r.avoided_usd, r.modifier) for r in lines] == [
+        (i.outcome, i.cost_usd, i.avoided_usd, i.modifier) for i in infos
+    ]
+    assert [r.similarity for r in lines[1:]] == [i.similarity.cosine for i in infos[1:]]  # type: ignore[union-attr]
 
 
 # -- async twin ------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from llmcache._errors import CorruptEntryError, StoreError
-from llmcache._ledger import stats_key
-from llmcache._protocols import EntryStore, Manifest
+from llmcache._ledger import Ledger, stats_key
+from llmcache._manifest import Manifest
 from llmcache._store import DiskStore
-from llmcache._types import CacheEntry, EmbedMode, Partition, Usage
+from llmcache._types import CacheEntry, CallInfo, EmbedMode, Partition, Similarity, Usage
 
 DIM = 8
 
@@ -58,10 +58,6 @@ def raw_row(tmp_path: Path, key: str) -> tuple[int, object, str | None]:
         row = db.execute("SELECT mode, value, filename FROM Cache WHERE key = ?", (key,)).fetchone()
     assert row is not None, key
     return row[0], row[1], row[2]
-
-
-def test_disk_store_satisfies_the_protocol(store: DiskStore) -> None:
-    assert isinstance(store, EntryStore)
 
 
 def test_entries_are_json_text_on_disk_not_pickle(store: DiskStore, tmp_path: Path) -> None:
@@ -151,6 +147,40 @@ def test_stats_merge_sums_and_extremes(store: DiskStore) -> None:
     }
     assert stats["empty-table"] == {"lookups": 3.0}
     assert all(isinstance(v, float) for v in stats[P1.key].values())
+
+
+def test_counters_a_failed_flush_kept_merge_by_the_same_rule(store: DiskStore) -> None:
+    # Counters meet in three places (the ledger's pending deltas, the store, Postgres); each
+    # merges by the one rule: sums, and the extremes of "max_"/"min_" counters.
+    class Flaky:
+        def __init__(self) -> None:
+            self.failures = 1
+
+        def add_stats(self, key: str, delta: dict[str, float]) -> None:
+            if self.failures:
+                self.failures -= 1
+                raise StoreError("the disk is full")
+            store.add_stats(key, delta)
+
+        def read_stats(self) -> dict[str, dict[str, float]]:
+            return store.read_stats()
+
+    ledger = Ledger(Flaky(), flush_every=1)  # type: ignore[arg-type]
+
+    def call(cosine: float) -> CallInfo:
+        return CallInfo(
+            outcome="miss", category="importance", agent="Ada", model="m", partition_key=P2.key,
+            similarity=Similarity(cosine=cosine), attempts=1, usage=Usage(prompt_tokens=3),
+        )  # fmt: skip
+
+    ledger.record(call(0.5))  # its flush fails: the delta is kept
+    ledger.record(call(0.9))
+    ledger.record(call(-0.2))
+    (table,) = ledger.stats().tables
+    assert (table.lookups, table.misses, table.attempts, table.tokens_spent) == (3, 3, 3, 9)
+    assert (table.similarity_max, table.similarity_min) == (0.9, -0.2)
+    assert (table.category, table.agent, table.key) == ("importance", "Ada", P2.key)
+    assert list(store.read_stats()) == [stats_key(P2)]
 
 
 def test_manifest_round_trip_and_readable_mirror(store: DiskStore, tmp_path: Path) -> None:
