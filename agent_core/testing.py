@@ -289,13 +289,15 @@ class _Writer:
         return phrase[:longest] or "ok"
 
     def number(self, node: Mapping[str, Any], hint: Any) -> int | float:
-        lo = node.get("minimum", 0)
-        hi = node.get("maximum", lo + 10)
+        lo = float(node.get("minimum", 0))
+        hi = float(node.get("maximum", lo + 10))
+        integer = node.get("type") == "integer"
         if isinstance(hint, int | float) and not isinstance(hint, bool):
-            return min(max(hint, lo), hi)
+            kept = min(max(float(hint), lo), hi)
+            return round(kept) if integer else kept
         # Leaning low: most memories are mundane, most reactions short.
         value = lo + (hi - lo) * self.rng.random() ** 3
-        return round(value) if node.get("type") == "integer" else value
+        return round(value) if integer else value
 
 
 def _earlier_answer(category: str, messages: Sequence[Mapping[str, Any]]) -> Any:

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from ._backend import LocalBackend
-from ._cache import SemanticCache
+from ._cache import SemanticCache, default_embedder
 from ._client import AsyncCachedLLM, CachedLLM
 from ._config import CacheConfig, CategoryPolicy, Limits
 from ._embedders import MemoEmbedder, MiniLMEmbedder, OpenAIEmbedder
@@ -118,6 +118,7 @@ __all__ = [
     "VectorIndex",
     "__version__",
     "connect_llm",
+    "default_embedder",
     "embedding_text",
     "messages_text",
     "read_records",
