@@ -149,6 +149,7 @@ def test_every_category_gets_a_valid_answer_with_usage(t: Template[Any]) -> None
     assert completion.usage is not None and completion.usage.prompt_tokens > 0
     t.parse(content(completion), SAMPLES[t.category][1])  # raises if invalid
     assert fake.requests[t.category] == 1
+    assert not fake.revisions  # a full prompt (even one holding JSON) is no revision
 
 
 def test_answers_come_from_the_querys_schema() -> None:
