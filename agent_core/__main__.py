@@ -61,9 +61,9 @@ def _embedder(name: str) -> Embedder:
         from llmcache.testing import HashEmbedder
 
         return HashEmbedder()
-    from llmcache import MemoEmbedder, MiniLMEmbedder
+    from llmcache import default_embedder
 
-    return MemoEmbedder(MiniLMEmbedder())
+    return default_embedder()
 
 
 def _print_summary(summary: RunSummary, out: Path) -> None:

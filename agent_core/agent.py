@@ -3,8 +3,8 @@
 The loop follows Park et al. (2023) as the study used it:
 
 - each morning a memory summary refreshes the agent's self-description and an *initial plan*
-  lays out 5-7 activities at places the agent knows;
-- a plan item is *decomposed* a few hours ahead into 2-3 contiguous tasks of at least 30 minutes;
+  lays out the day's activities at places the agent knows;
+- a plan item is *decomposed* a few hours ahead into a few contiguous tasks;
   each task is placed by *finding location* (area, then object) and sets its object's status
   (*new actor statuses*);
 - every step the agent perceives up to ``attention_bandwidth`` new events around it; each becomes
@@ -13,8 +13,10 @@ The loop follows Park et al. (2023) as the study used it:
   another agent, an *agent reaction* (continue / talk / go elsewhere); a reaction that changes
   what the agent does triggers a *future plan revision*;
 - dialogue: relationship summaries, up to 20 utterances, and a dialogue summary per side;
-- when the importance of new memories exceeds 150: *reflection* (3 questions, retrieval per
-  question, 5 insights each, citing evidence).
+- when the importance of new memories exceeds a threshold: *reflection* (questions, retrieval
+  per question, insights each, citing evidence).
+
+How many items, how long and within which window: :mod:`agent_core.rules`.
 
 Every LLM answer may be missing (no valid answer could be had); each call site then falls back
 to a plain deterministic choice, so one bad answer never stops a run.
@@ -36,6 +38,7 @@ from .config import SimConfig
 from .memory import EmbeddingMemo, MemoryKind, MemoryStream
 from .persona import AgentSeed
 from .plans import PlanItem, fit_to_window, split_window
+from .rules import DAY_WINDOW, DECOMPOSITION_RULE, INITIAL_PLAN_RULE, REVISION_RULE
 from .templates import (
     ACTOR_REACTION,
     ACTOR_STATUS,
@@ -289,7 +292,7 @@ class Agent:
                 "weekday": self.clock.weekday(now),
                 "places": places,
             },
-            Requirements(places=places, window=("06:00", "24:00")),
+            Requirements(places=places, window=DAY_WINDOW),
         )
         items: list[PlanItem] = answer.plans if answer is not None else self._fallback_day()
         self.plan = [self._day_item(p) for p in items]
@@ -307,8 +310,9 @@ class Agent:
 
     def _fallback_day(self) -> list[PlanItem]:
         home = self.seed.home
-        activities = [*self.seed.routine[:4], "relax at home"]
-        while len(activities) < 5:
+        fewest = INITIAL_PLAN_RULE.count[0]
+        activities = [*self.seed.routine[: fewest - 1], "relax at home"]
+        while len(activities) < fewest:
             activities.append("take care of things at home")
         spans = split_window(8 * 60, 22 * 60, len(activities))
         return [
@@ -371,8 +375,8 @@ class Agent:
     def decompose(self, item: DayItem, start: int, now: int) -> None:
         end = min(item.end, start + int(self.config.decompose_hours * 60))
         item.decomposed_until = end
-        if end - start < 60:
-            # Too short for 2 tasks of 30 minutes: the plan item is the task.
+        if end - start < DECOMPOSITION_RULE.shortest_window:
+            # Too short for the fewest tasks a decomposition may have: the item is the task.
             self.tasks.append(Task(start, end, item.activity, item.location))
             return
         places = self.places()
@@ -400,7 +404,7 @@ class Agent:
                     )
                 )
         else:
-            for s, e in split_window(start, end, 2):
+            for s, e in split_window(start, end, DECOMPOSITION_RULE.count[0]):
                 self.tasks.append(Task(s, e, item.activity, item.location))
 
     def begin(self, task: Task, now: int) -> None:
@@ -622,11 +626,11 @@ class Agent:
                 location=p.location,
             )
             for p in self.plan
-            # A leftover shorter than the 30-minute minimum cannot be kept; showing it would
+            # A leftover shorter than the rule's minimum cannot be kept; showing it would
             # contradict the prompt's own rule, and models copy it into invalid answers.
-            if p.end - max(p.start, busy_until) >= 30
+            if p.end - max(p.start, busy_until) >= REVISION_RULE.min_minutes
         ]
-        if not remaining or end - busy_until < 30:
+        if not remaining or end - busy_until < REVISION_RULE.min_minutes:
             # Nothing left to fit (or no room for it): the day simply ends after the reaction.
             self.plan = [self._day_item(p) for p in remaining]
             return
@@ -649,7 +653,10 @@ class Agent:
             new = answer.plans
         else:
             new = fit_to_window(
-                remaining, busy_until - self.day_start, end - self.day_start, min_minutes=30
+                remaining,
+                busy_until - self.day_start,
+                end - self.day_start,
+                min_minutes=REVISION_RULE.min_minutes,
             )
         self.plan = [self._day_item(p) for p in new]
 

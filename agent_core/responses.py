@@ -17,6 +17,14 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field, field_validator
 
 from .plans import PlanItem
+from .rules import (
+    DECOMPOSITION_RULE,
+    INITIAL_PLAN_RULE,
+    INSIGHT_COUNT,
+    QUESTION_COUNT,
+    REACTION_MINUTES,
+    REVISION_RULE,
+)
 
 __all__ = [
     "ActorReactionResponse",
@@ -47,15 +55,19 @@ class ImportanceResponse(BaseModel):
 
 
 class InitialPlanResponse(BaseModel):
-    plans: list[PlanItem] = Field(min_length=5, max_length=7)
+    plans: list[PlanItem] = Field(
+        min_length=INITIAL_PLAN_RULE.count[0], max_length=INITIAL_PLAN_RULE.count[1]
+    )
 
 
 class DecompositionResponse(BaseModel):
-    tasks: list[PlanItem] = Field(min_length=2, max_length=3)
+    tasks: list[PlanItem] = Field(
+        min_length=DECOMPOSITION_RULE.count[0], max_length=DECOMPOSITION_RULE.count[1]
+    )
 
 
 class PlanRevisionResponse(BaseModel):
-    plans: list[PlanItem] = Field(max_length=8)
+    plans: list[PlanItem] = Field(max_length=REVISION_RULE.count[1])
 
 
 class LocationResponse(BaseModel):
@@ -65,17 +77,17 @@ class LocationResponse(BaseModel):
 class ActorReactionResponse(BaseModel):
     choice: str = Field(min_length=1)
     activity: str = Field(min_length=1)
-    minutes: int = Field(ge=10, le=120)
+    minutes: int = Field(ge=REACTION_MINUTES[0], le=REACTION_MINUTES[1])
 
 
 class AgentReactionResponse(BaseModel):
     choice: str = Field(min_length=1)
     activity: str = Field(min_length=1)
-    minutes: int = Field(ge=10, le=120)
+    minutes: int = Field(ge=REACTION_MINUTES[0], le=REACTION_MINUTES[1])
 
 
 class QuestionsResponse(BaseModel):
-    questions: list[str] = Field(min_length=3, max_length=3)
+    questions: list[str] = Field(min_length=QUESTION_COUNT, max_length=QUESTION_COUNT)
 
     @field_validator("questions")
     @classmethod
@@ -91,7 +103,7 @@ class Insight(BaseModel):
 
 
 class InsightsResponse(BaseModel):
-    insights: list[Insight] = Field(min_length=5, max_length=5)
+    insights: list[Insight] = Field(min_length=INSIGHT_COUNT, max_length=INSIGHT_COUNT)
 
 
 class SummaryResponse(BaseModel):

@@ -6,7 +6,7 @@ They follow the study's rules:
   agent knows today;
 - **general plan revision** (decomposition and future plan revision): change locations and move
   timestamps so the plan fits the new time window; plans that no longer fit may be skipped (a
-  decomposition must still cover its window with 2-3 tasks);
+  decomposition must still cover its window, as its rule in :mod:`agent_core.rules` says);
 - **actor reaction**: pick the query option most similar to the earlier choice and fill it in
   for the current situation.
 
@@ -76,13 +76,16 @@ def _plan(req: RevisionRequest, cached: BaseModel) -> str | None:
     if window is None:
         return None
     start, end = window
-    if req.category == "plan decomposition":
+    schedule = template(req.category).schedule
+    if schedule is None:
+        return None
+    if schedule.cover:
         rule = (
-            "The result must be 2 or 3 consecutive tasks of at least 30 minutes each that "
-            f"together cover exactly {start} to {end}."
+            f"The result must be {schedule.count_text()} consecutive tasks of at least "
+            f"{schedule.min_minutes} minutes each that together cover exactly {start} to {end}."
         )
     else:
-        rule = "Each plan must be at least 30 minutes long."
+        rule = f"Each plan must be at least {schedule.min_minutes} minutes long."
     return (
         f"Revise an earlier answer. Below is a plan {req.name} made earlier. Rewrite it so that "
         f"it fits the time window {start} to {end}: change the locations to places listed and "

@@ -264,28 +264,23 @@ def schedule_alternatives(
 
 def narrow_schedule(
     schema: dict[str, Any],
-    req: Requirements,
     *,
     field: str,
     count: tuple[int, int],
     min_minutes: int,
     cover: bool = False,
-    default_window: tuple[str, str] | None = None,
+    window: tuple[int, int] | None,
+    places: Sequence[str] | None,
 ) -> None:
     """Replace the schedule field's schema by this query's alternatives (when the query has a
-    window); places alone narrow every item's location."""
-    window = req.window_minutes()
-    if window is None and default_window is not None:
-        from .templates import Requirements as _Requirements
-
-        window = _Requirements(window=default_window).window_minutes()
+    ``window``, in minutes); ``places`` alone narrow every item's location."""
     if window is None:
-        if req.places:
+        if places:
             item = schema["$defs"]["PlanItem"]["properties"]
-            item["location"] = {"type": "string", "enum": list(req.places)}
+            item["location"] = {"type": "string", "enum": list(places)}
         return
     alternatives = schedule_alternatives(
-        window=window, count=count, min_minutes=min_minutes, cover=cover, places=req.places
+        window=window, count=count, min_minutes=min_minutes, cover=cover, places=places
     )
     if not alternatives:  # an empty window, or more ways than we enumerate: leave the shape
         return

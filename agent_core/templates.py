@@ -21,7 +21,6 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from .clock import parse_hhmm
-from .plans import check_schedule
 from .responses import (
     ActorReactionResponse,
     AgentReactionResponse,
@@ -38,7 +37,17 @@ from .responses import (
     parse_lenient,
     strict_schema,
 )
-from .schemas import narrow_choice, narrow_insights, narrow_location, narrow_schedule, narrowed
+from .rules import (
+    DAY_WINDOW,
+    DECOMPOSITION_RULE,
+    INITIAL_PLAN_RULE,
+    INSIGHT_COUNT,
+    QUESTION_COUNT,
+    REACTION_MINUTES,
+    REVISION_RULE,
+    ScheduleRule,
+)
+from .schemas import narrow_choice, narrow_insights, narrow_location, narrowed
 
 __all__ = [
     "ACTOR_REACTION",
@@ -46,24 +55,20 @@ __all__ = [
     "AGENT_REACTION",
     "CATEGORIES",
     "DECOMPOSITION",
-    "DECOMPOSITION_RULE",
     "DIALOGUE_SUMMARY",
     "FINDING_LOCATION",
     "GROUPS",
     "IMPORTANCE",
     "INITIAL_PLAN",
-    "INITIAL_PLAN_RULE",
     "INSIGHTS",
     "MEMORY_SUMMARY",
     "QUESTIONS",
     "RELATIONSHIP",
     "REVISION",
-    "REVISION_RULE",
     "SYSTEM_PROMPT",
     "TEMPLATES",
     "UTTERANCE",
     "Requirements",
-    "ScheduleRule",
     "Slot",
     "SlotValue",
     "Template",
@@ -173,6 +178,9 @@ class Template(Generic[R]):
     # Narrows a copy of the template's JSON schema to one query's requirements (agent_core.
     # schemas): what a constrained decoder then lets the model write.
     narrow: Callable[[dict[str, Any], Requirements], None] | None = None
+    # A schedule-valued answer's rule: it checks the answer and narrows the schema (in place of
+    # ``check`` and ``narrow``), and revision prompts state it.
+    schedule: ScheduleRule | None = None
     # The answer's ``max_tokens`` when the request carries the template's plain schema: room for
     # the longest valid answer seen plus a margin (Qwen pretty-prints: a valid 7-item plan took
     # 339 tokens). A request with the query's own schema is sent that schema's worst case
@@ -231,8 +239,11 @@ class Template(Generic[R]):
         """The answer as a validated response; ``ValueError`` if it is not a valid answer to
         this query."""
         result = parse_lenient(self.response, content)
+        req = requirements or Requirements()
+        if self.schedule is not None:
+            self.schedule.check(result, req)
         if self.check is not None:
-            self.check(result, requirements or Requirements())
+            self.check(result, req)
         return result
 
     def validator(self, requirements: Requirements | None = None) -> Callable[[str], R]:
@@ -249,7 +260,8 @@ class Template(Generic[R]):
         base = strict_schema(self.response)
         if requirements is None:
             return base
-        return narrowed(base, self.narrow, requirements)
+        narrow = self.schedule.narrow if self.schedule is not None else self.narrow
+        return narrowed(base, narrow, requirements)
 
     def response_format(self, requirements: Requirements | None = None) -> dict[str, Any]:
         """The ``response_format`` of a request (of one query, given its ``requirements``);
@@ -275,51 +287,6 @@ def category_of_schema_name(name: str) -> str:
 
 
 # -- query-specific checks ---------------------------------------------------------------------
-
-_DAY_WINDOW = ("06:00", "24:00")
-
-
-def _window(req: Requirements, default: tuple[str, str] | None = None) -> tuple[int, int] | None:
-    window = req.window or default
-    return None if window is None else (parse_hhmm(window[0]), parse_hhmm(window[1]))
-
-
-@dataclass(frozen=True)
-class ScheduleRule:
-    """The rules of one schedule-valued answer, in one place: the validator checks them and
-    the query's schema is narrowed by them (and the prompts state them)."""
-
-    field: str
-    count: tuple[int, int]
-    min_minutes: int
-    cover: bool = False  # contiguous, spanning the window exactly
-    default_window: tuple[str, str] | None = None
-
-    def check(self, response: BaseModel, req: Requirements) -> None:
-        check_schedule(
-            getattr(response, self.field),
-            count=self.count,
-            min_minutes=self.min_minutes,
-            window=_window(req, self.default_window),
-            cover=self.cover,
-            places=req.places,
-        )
-
-    def narrow(self, schema: dict[str, Any], req: Requirements) -> None:
-        narrow_schedule(
-            schema,
-            req,
-            field=self.field,
-            count=self.count,
-            min_minutes=self.min_minutes,
-            cover=self.cover,
-            default_window=self.default_window,
-        )
-
-
-INITIAL_PLAN_RULE = ScheduleRule("plans", (5, 7), 60, default_window=_DAY_WINDOW)
-DECOMPOSITION_RULE = ScheduleRule("tasks", (2, 3), 30, cover=True)
-REVISION_RULE = ScheduleRule("plans", (0, 8), 30)
 
 
 def _check_location(r: LocationResponse, req: Requirements) -> None:
@@ -364,6 +331,8 @@ def choose_render(content: str, option: str) -> str:
 
 # -- the declarations ---------------------------------------------------------------------------
 
+_MINUTES = f"{REACTION_MINUTES[0]} to {REACTION_MINUTES[1]}"
+
 _PLAN_FORMAT = (
     '{"start": "HH:MM", "end": "HH:MM", "activity": "<what {name} is doing, e.g. having '
     'breakfast>", '
@@ -390,9 +359,11 @@ INITIAL_PLAN = Template(
     category="initial plan generation",
     group="plan making and revision",
     body=(
-        "Today is {date}. Plan {name}'s day in broad strokes: 5 to 7 activities in time order, "
-        "each at least 60 minutes long, between 06:00 and 24:00, each at one of the places "
-        "{name} knows. Sleep is not an activity: the day ends when the last activity ends.\n"
+        "Today is {date}. Plan {name}'s day in broad strokes: "
+        f"{INITIAL_PLAN_RULE.count_text()} activities in time order, each at least "
+        f"{INITIAL_PLAN_RULE.min_minutes} minutes long, between {DAY_WINDOW[0]} and "
+        f"{DAY_WINDOW[1]}, each at one of the places {{name}} knows. Sleep is not an activity: "
+        "the day ends when the last activity ends.\n"
         "Yesterday: {yesterday}\n"
         "Day of the week: {weekday}\n"
         "Places (JSON list): {places}"
@@ -406,8 +377,7 @@ INITIAL_PLAN = Template(
     response=InitialPlanResponse,
     answer_format='{"plans": [' + _PLAN_FORMAT + ", ...]}",
     modifier="revise",
-    check=INITIAL_PLAN_RULE.check,
-    narrow=INITIAL_PLAN_RULE.narrow,
+    schedule=INITIAL_PLAN_RULE,
     max_tokens=768,
 )
 
@@ -415,8 +385,9 @@ DECOMPOSITION = Template(
     category="plan decomposition",
     group="plan making and revision",
     body=(
-        "From {start} to {end}, {name} plans to be at {location}, {activity}. Break this into 2 "
-        "or 3 consecutive tasks of at least 30 minutes each that together cover exactly {start} "
+        "From {start} to {end}, {name} plans to be at {location}, {activity}. Break this into "
+        f"{DECOMPOSITION_RULE.count_text()} consecutive tasks of at least "
+        f"{DECOMPOSITION_RULE.min_minutes} minutes each that together cover exactly {{start}} "
         "to {end}.\n"
         "Plan: {activity}\n"
         "Location: {location}\n"
@@ -433,8 +404,7 @@ DECOMPOSITION = Template(
     response=DecompositionResponse,
     answer_format='{"tasks": [' + _PLAN_FORMAT + ", ...]}",
     modifier="revise",
-    check=DECOMPOSITION_RULE.check,
-    narrow=DECOMPOSITION_RULE.narrow,
+    schedule=DECOMPOSITION_RULE,
     max_tokens=768,
 )
 
@@ -445,8 +415,8 @@ REVISION = Template(
         "{event}\n"
         "{name} is busy with this until {start}. Revise the rest of today's plan so that it "
         "fits between {start} and {end}: keep what still makes sense, move or shorten plans, and "
-        "skip plans that no longer fit. Each plan must be at least 30 minutes long and use one "
-        "of the places.\n"
+        f"skip plans that no longer fit. Each plan must be at least {REVISION_RULE.min_minutes} "
+        "minutes long and use one of the places.\n"
         "Remaining plans (JSON): {remaining}\n"
         "Time window: {start} to {end}\n"
         "Places (JSON list): {places}"
@@ -462,8 +432,7 @@ REVISION = Template(
     response=PlanRevisionResponse,
     answer_format='{"plans": [' + _PLAN_FORMAT + ", ...]}",
     modifier="revise",
-    check=REVISION_RULE.check,
-    narrow=REVISION_RULE.narrow,
+    schedule=REVISION_RULE,
     max_tokens=1024,
 )
 
@@ -492,7 +461,7 @@ ACTOR_REACTION = Template(
         "{name} is currently {current}.\n"
         "{name} notices: {observation}.\n"
         "How does {name} react? Pick one option exactly as written, then say what {name} will do "
-        "and for how many minutes (10 to 120).\n"
+        f"and for how many minutes ({_MINUTES}).\n"
         "Observation: {observation}\n"
         "Options (JSON list): {options}"
     ),
@@ -505,7 +474,7 @@ ACTOR_REACTION = Template(
     answer_format=(
         '{"choice": "<one of the options>", '
         '"activity": "<what {name} will be doing, e.g. making tea>", '
-        '"minutes": <10 to 120>}'
+        f'"minutes": <{_MINUTES}>}}'
     ),
     modifier="revise",
     check=_check_choice,
@@ -518,12 +487,16 @@ QUESTIONS = Template(
     group="memory reflection",
     body=(
         "Statements about {name}:\n{statements}\n\n"
-        "Given only the statements above, what are the 3 most salient high-level questions we "
-        "can answer about {name}?"
+        f"Given only the statements above, what are the {QUESTION_COUNT} most salient high-level "
+        "questions we can answer about {name}?"
     ),
     slots=(Slot("statements", keyword=True, style="numbered"),),
     response=QuestionsResponse,
-    answer_format='{"questions": ["<question 1>", "<question 2>", "<question 3>"]}',
+    answer_format=(
+        '{"questions": ['
+        + ", ".join(f'"<question {i}>"' for i in range(1, QUESTION_COUNT + 1))
+        + "]}"
+    ),
     modifier="read",
     max_tokens=160,
 )
@@ -534,8 +507,8 @@ INSIGHTS = Template(
     body=(
         "Statements about {name}:\n{statements}\n\n"
         "Question: {question}\n"
-        "What 5 high-level insights about {name} can you infer from the statements above? "
-        "Cite the numbers of the statements each insight is based on."
+        f"What {INSIGHT_COUNT} high-level insights about {{name}} can you infer from the "
+        "statements above? Cite the numbers of the statements each insight is based on."
     ),
     slots=(Slot("question", keyword=True), Slot("statements", keyword=True, style="numbered")),
     response=InsightsResponse,
@@ -586,7 +559,7 @@ AGENT_REACTION = Template(
         "{name} sees {other}, who is {other_status}.\n"
         "What {name} remembers about {other}:\n{memories}\n\n"
         "How does {name} react? Pick one option exactly as written, then say what {name} will do "
-        "and for how many minutes (10 to 120).\n"
+        f"and for how many minutes ({_MINUTES}).\n"
         "Options (JSON list): {options}"
     ),
     slots=(
@@ -600,7 +573,7 @@ AGENT_REACTION = Template(
     answer_format=(
         '{"choice": "<one of the options>", '
         '"activity": "<what {name} will be doing, e.g. making tea>", '
-        '"minutes": <10 to 120>}'
+        f'"minutes": <{_MINUTES}>}}'
     ),
     modifier=None,
     check=_check_choice,

@@ -1,18 +1,29 @@
 """ScriptedLLM: a deterministic, OpenAI-compatible stand-in for a model that plays the town.
 
 ``ScriptedLLM().chat.completions.create(**kwargs)`` returns a real
-``openai.types.chat.ChatCompletion`` (with usage). It reads the category from the request's
-``response_format`` (the json_schema name) and answers from the prompt itself: it picks among
-the prompt's own options, places and statements and builds plans from the agent's routine in
-the summary block. Revision prompts get real revisions (only locations changed; timestamps
-moved into the new window; the most similar option picked). Answers depend only on the
-request and the seed, so identical prompts get identical answers, like a model at
-temperature 0.
+``openai.types.chat.ChatCompletion`` (with usage). It answers from the request's
+``response_format``: the JSON schema the town sends with each query says what a valid answer
+is -- this query's places and options as enums, a schedule's times as alternatives that are
+valid by construction, item counts, number ranges, text lengths -- and the double writes one
+instance of it, as a model under constrained decoding would. It never reads the prompt's prose,
+so rewording a prompt cannot change what it can answer; the request only seeds its choices, so
+identical requests get identical answers, like a model at temperature 0.
+
+A revision (the ``revise`` modifier) shows the model a cached answer to rewrite. The double
+finds it as data, not by its wording: the JSON object in the request that is a valid answer of
+the category's response model. It then keeps what the query's schema allows of it: the same
+item count, times and activities where the schema offers them, the nearest option, place and
+time where it does not.
+
+Free text gets short stock phrases chosen by field name. A request without a JSON schema gets
+prose. A request with a template's plain schema (``--template-schemas``) gets an answer of that
+shape, which the query's own rules (places, options, windows) may refuse, as they refuse an
+unconstrained model's.
 
 Knobs: ``malformed_rate`` makes that fraction of answers invalid (prose, truncated JSON, wrong
-keys, out-of-range values) so retry paths run; ``messy_rate`` makes answers valid only after
-lenient parsing (code fences, prose around the JSON, numbers and booleans as strings). Requests
-for a model in ``reliable_models`` (the superior model) are never malformed.
+keys, values outside the schema) so retry paths run; ``messy_rate`` makes answers valid only
+after lenient parsing (code fences, prose around the JSON, numbers and booleans as strings).
+Requests for a model in ``reliable_models`` (the superior model) are never malformed.
 """
 
 from __future__ import annotations
@@ -24,18 +35,71 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from openai.types.chat import ChatCompletion
 
-from .clock import parse_hhmm
-from .plans import PlanItem, fit_to_window, split_window
-from .revise import REVISION_MARKER
-from .templates import category_of_schema_name
+from .clock import hhmm, parse_hhmm
+from .plans import TIME_PATTERN
+from .templates import CATEGORIES, category_of_schema_name, template
 
-__all__ = ["ScriptedLLM", "gerund"]
+__all__ = ["ScriptedLLM"]
 
+# How likely each of a reaction's options is, by position (continue, engage, go elsewhere):
+# agents mostly carry on with what they do, and often talk to someone they meet.
+_CHOICE_WEIGHTS: dict[str, tuple[float, ...]] = {
+    "actor reaction": (0.6, 0.25, 0.15),
+    "agent reaction": (0.4, 0.45, 0.15),
+}
+
+# How often a schedule item is at the first of its places: the town lists the places an agent
+# knows in the order it learnt them, home first, and most of a day happens at home.
+_HOME_BIAS = 0.7
+
+# Stock phrases for free text, by the field's name in the schema.
+_PHRASES: dict[str, tuple[str, ...]] = {
+    "activity": (
+        "reading a book",
+        "tidying up",
+        "having a meal",
+        "working on a project",
+        "taking a walk",
+        "catching up on messages",
+        "studying",
+        "resting for a while",
+    ),
+    "location": ("home",),
+    "choice": ("carry on",),
+    "summary": (
+        "A friendly resident who keeps to a daily routine and looks out for the neighbours.",
+        "A thoughtful person, busy with work and home, who enjoys a good conversation.",
+    ),
+    "status": ("being used", "in use"),
+    "insight": (
+        "Keeps a steady routine.",
+        "Values time with the people nearby.",
+        "Finds meaning in everyday work.",
+        "Likes to plan ahead.",
+        "Notices small changes around the house.",
+    ),
+    "questions": (
+        "What matters most to them these days?",
+        "Who do they spend their time with?",
+        "What are they working towards?",
+        "How do they like to spend a free hour?",
+    ),
+    "utterance": (
+        "Hi, how is your day going?",
+        "I have been busy today.",
+        "That sounds interesting, tell me more.",
+        "Have you been to the park lately?",
+        "I should get going soon.",
+        "It was nice talking to you!",
+    ),
+}
+
+_WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
     {
         "a",
@@ -70,327 +134,230 @@ _STOP = frozenset(
         "somewhere",
     }
 )
-_WORD = re.compile(r"[a-z0-9]+")
+_NO_HINT = object()
+_FAR = 1e6  # the distance of a hint the schema cannot hold at all
 
 
 def _words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
 
 
-def gerund(phrase: str) -> str:
-    """``"attend classes"`` → ``"attending classes"``: activities read as what someone is
-    doing ("Alice Wilson is attending classes")."""
-    words = phrase.strip().split()
-    if not words:
-        return phrase
-    verb = words[0].lower()
-    if verb.endswith("ing"):
-        return phrase.strip()
-    if verb.endswith("ie"):
-        verb = verb[:-2] + "ying"
-    elif verb.endswith("e") and not verb.endswith(("ee", "ye", "oe")) and len(verb) > 2:
-        verb = verb[:-1] + "ing"
-    elif (
-        len(verb) == 3
-        and verb[2] not in "aeiouwxy"
-        and verb[1] in "aeiou"
-        and verb[0] not in "aeiou"
-    ):
-        verb = verb + verb[2] + "ing"  # run → running, sit → sitting
-    else:
-        verb = verb + "ing"
-    return " ".join([verb, *words[1:]])
+def _minutes(value: Any) -> int | None:
+    """The minute of day of an ``"HH:MM"`` string, else ``None``."""
+    if isinstance(value, str) and re.fullmatch(TIME_PATTERN, value):
+        return parse_hhmm(value)
+    return None
 
 
-class _Prompt:
-    """The parts of a rendered prompt the answers are drawn from."""
+class _Writer:
+    """Writes one instance of a JSON schema, as close to a ``hint`` (an earlier answer) as the
+    schema allows; what the hint does not decide, ``rng`` does."""
 
-    def __init__(self, messages: Sequence[dict[str, Any]]) -> None:
-        system = next(
-            (str(m.get("content", "")) for m in messages if m.get("role") == "system"), ""
-        )
-        self.text = "\n".join(
-            str(m.get("content", "")) for m in messages if m.get("role") == "user"
-        )
-        found = re.search(r"You simulate (.+?), a resident", system)
-        self.name = found.group(1) if found else "Someone"
-        self.first = self.name.split()[0]
-        self.revision = REVISION_MARKER in self.text
-
-    def line(self, label: str) -> str | None:
-        found = re.search(rf"^{re.escape(label)}:[ \t]*(.*)$", self.text, re.MULTILINE)
-        return found.group(1).strip() if found else None
-
-    def json_line(self, label: str) -> Any:
-        value = self.line(label)
-        return json.loads(value) if value else None
-
-    def numbered(self) -> list[str]:
-        return re.findall(r"^\d+\. (.*)$", self.text, re.MULTILINE)
-
-    def window(self) -> tuple[int, int] | None:
-        value = self.line("Time window")
-        if not value:
-            return None
-        start, _, end = value.partition(" to ")
-        return parse_hhmm(start), parse_hhmm(end)
-
-    def earlier(self) -> Any:
-        return self.json_line(REVISION_MARKER[:-1])
-
-
-def _best(query: str, options: Sequence[str], rng: random.Random) -> str:
-    """The option sharing most words with ``query``; ties broken by ``rng``."""
-    words = _words(query)
-    scores = [len(words & _words(o)) for o in options]
-    top = max(scores)
-    return rng.choice([o for o, s in zip(options, scores, strict=True) if s == top])
-
-
-def _place(activity: str, places: Sequence[str], rng: random.Random, home: str) -> str:
-    words = _words(activity)
-    scored = [(len(words & _words(p)), p) for p in places]
-    best = max(scored)[0]
-    if best > 0:
-        return next(p for s, p in scored if s == best)
-    return home if rng.random() < 0.7 or len(places) == 1 else rng.choice(list(places))
-
-
-def _map_location(location: str, places: Sequence[str], rng: random.Random) -> str:
-    if location in places:
-        return location
-    return _best(location, places, rng) if places else location
-
-
-_WORKDAY_WORDS = ("class", "shift", "teach", "school", "work a", "gardening club")
-
-
-class _Answers:
-    """One method per category: a valid answer as a JSON-able dict."""
-
-    def __init__(self, prompt: _Prompt, rng: random.Random) -> None:
-        self.p = prompt
+    def __init__(self, root: Mapping[str, Any], rng: random.Random, category: str) -> None:
+        self.root = root
         self.rng = rng
+        self.weights = _CHOICE_WEIGHTS.get(category)
+        self.used: dict[str, set[str]] = {}
+        self.clock = 8 * 60  # the next time a plain (unnarrowed) time field gets
+        self.depth = 0  # arrays being written around the current value
 
-    # -- importance -----------------------------------------------------------------------------
+    def resolve(self, node: Mapping[str, Any]) -> Mapping[str, Any]:
+        while "$ref" in node:
+            node = self.root["$defs"][str(node["$ref"]).rsplit("/", 1)[-1]]
+        return node
 
-    def importance_score(self) -> dict[str, Any]:
-        memory = (self.p.line("Memory") or "").lower()
-        if any(w in memory for w in (" idle", "sleeping", "short break")):
-            score = self.rng.randint(1, 2)
-        elif any(w in memory for w in ("talk", "plan", "decided", "conversation")):
-            score = self.rng.randint(4, 8)
+    # -- how far a hint is from what a schema node allows ---------------------------------------
+
+    def distance(self, node: Mapping[str, Any], hint: Any) -> float:
+        node = self.resolve(node)
+        if "anyOf" in node:
+            return min(self.distance(alt, hint) for alt in node["anyOf"])
+        values = [node["const"]] if "const" in node else node.get("enum")
+        if values is not None:
+            if hint in values:
+                return 0.0
+            wanted = _minutes(hint)
+            times = [m for m in map(_minutes, values) if m is not None]
+            return min(abs(m - wanted) for m in times) / 60 if wanted is not None and times else 1
+        kind = node.get("type")
+        if kind == "object":
+            if not isinstance(hint, dict):
+                return _FAR
+            props = node.get("properties", {})
+            return sum(self.distance(sub, hint[k]) for k, sub in props.items() if k in hint)
+        if kind == "array":
+            if not isinstance(hint, list):
+                return _FAR
+            if "prefixItems" in node:
+                items = list(node["prefixItems"])
+                missing = abs(len(items) - len(hint)) * _FAR
+                return missing + sum(self.distance(i, h) for i, h in zip(items, hint, strict=False))
+            lo, hi = node.get("minItems", 0), node.get("maxItems", len(hint))
+            return 0.0 if lo <= len(hint) <= hi else _FAR
+        return 0.0
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def value(self, node: Mapping[str, Any], hint: Any = _NO_HINT, field: str = "") -> Any:
+        node = self.resolve(node)
+        if "anyOf" in node:
+            alternatives = list(node["anyOf"])
+            if hint is _NO_HINT:
+                chosen = self.rng.choice(alternatives)
+            else:
+                chosen = min(alternatives, key=lambda alt: self.distance(alt, hint))
+            return self.value(chosen, hint, field)
+        if "const" in node:
+            return node["const"]
+        if "enum" in node:
+            return self.member(list(node["enum"]), hint, field)
+        kind = node.get("type")
+        if kind == "object":
+            given = hint if isinstance(hint, dict) else {}
+            return {
+                k: self.value(sub, given.get(k, _NO_HINT), k)
+                for k, sub in node.get("properties", {}).items()
+            }
+        if kind == "array":
+            return self.array(node, hint, field)
+        if kind == "string":
+            return self.text(node, hint, field)
+        if kind in ("integer", "number"):
+            return self.number(node, hint)
+        if kind == "boolean":
+            return hint if isinstance(hint, bool) else self.rng.random() < 0.2
+        return None
+
+    def member(self, values: list[Any], hint: Any, field: str) -> Any:
+        if hint is _NO_HINT:
+            if field == "choice" and self.weights and len(self.weights) == len(values):
+                return self.rng.choices(values, weights=self.weights)[0]
+            if field == "location" and self.depth and self.rng.random() < _HOME_BIAS:
+                return values[0]
+            return self.rng.choice(values)
+        if hint in values:
+            return hint
+        wanted = _minutes(hint)
+        if wanted is not None and all(_minutes(v) is not None for v in values):
+            return min(values, key=lambda v: abs((_minutes(v) or 0) - wanted))
+        # The option sharing most words with the hint; ties broken by the seed.
+        words = _words(str(hint))
+        scores = [len(words & _words(str(v))) for v in values]
+        top = max(scores)
+        return self.rng.choice([v for v, s in zip(values, scores, strict=True) if s == top])
+
+    def array(self, node: Mapping[str, Any], hint: Any, field: str) -> list[Any]:
+        given = hint if isinstance(hint, list) else []
+        if "prefixItems" in node:
+            items = list(node["prefixItems"])
         else:
-            score = self.rng.randint(2, 6)
-        return {"score": score}
-
-    # -- plans ----------------------------------------------------------------------------------
-
-    def initial_plan_generation(self) -> dict[str, Any]:
-        places: list[str] = self.p.json_line("Places (JSON list)") or []
-        if self.p.revision:
-            plans = self.p.earlier()["plans"]
-            for plan in plans:
-                plan["location"] = _map_location(plan["location"], places, self.rng)
-            return {"plans": plans}
-        home = places[0]
-        routine = [r for r in (self.p.line("Daily routine") or "").split("; ") if r]
-        weekend = (self.p.line("Day of the week") or "") in ("Saturday", "Sunday")
-        if weekend:
-            routine = [r for r in routine if not any(w in r for w in _WORKDAY_WORDS)]
-            routine += [f"spend time at {p}" for p in places[1:3]] or ["rest at home"]
-        n = self.rng.randint(5, 7)
-        start = self.rng.choice([390, 420, 450, 480])
-        end = self.rng.choice([1290, 1320, 1350, 1380])
-        spans = split_window(start, end, n)
-        middle = [self.rng.choice(routine or ["read a book"]) for _ in range(n - 2)]
-        activities = ["waking up and getting ready", *map(gerund, middle), "relaxing before bed"]
-        plans = []
-        for (s, e), activity in zip(spans, activities, strict=True):
-            fixed = activity in (activities[0], activities[-1])
-            location = home if fixed else _place(activity, places, self.rng, home)
-            plans.append(
-                PlanItem(
-                    start=f"{s // 60}:{s % 60:02d}",
-                    end=f"{e // 60}:{e % 60:02d}",
-                    activity=activity,
-                    location=location,
-                ).model_dump()
-            )
-        return {"plans": plans}
-
-    def plan_decomposition(self) -> dict[str, Any]:
-        places: list[str] = self.p.json_line("Places (JSON list)") or []
-        window = self.p.window()
-        assert window is not None, "a decomposition prompt states its time window"
-        start, end = window
-        if self.p.revision:
-            earlier = self.p.earlier()["tasks"]
-            activities = [t["activity"] for t in earlier]
-            locations = [_map_location(t["location"], places, self.rng) for t in earlier]
-        else:
-            activity = self.p.line("Plan") or "keeping busy"
-            location = _map_location(self.p.line("Location") or "", places, self.rng)
-            parts = 3 if end - start >= 120 and self.rng.random() < 0.5 else 2
-            stages = ["getting started with", "continuing", "wrapping up"]
-            if parts == 2:
-                stages = [stages[0], stages[2]]
-            activities = [f"{stage} {activity}" for stage in stages]
-            locations = [location] * parts
-        parts = len(activities) if end - start >= 30 * len(activities) else 2
-        spans = split_window(start, end, parts)
-        return {
-            "tasks": [
-                {"start": _hm(s), "end": _hm(e), "activity": a, "location": loc}
-                for (s, e), a, loc in zip(spans, activities, locations, strict=False)
+            lo = int(node.get("minItems", 0))
+            hi = int(node.get("maxItems", lo + 3))
+            n = min(max(len(given), lo), hi) if given else self.rng.randint(lo, hi)
+            item = self.resolve(node.get("items", {}))
+            if not given and item.get("type") == "integer" and "maximum" in item:
+                # Distinct numbers in order, as statement numbers are cited.
+                pool = range(int(item.get("minimum", 0)), int(item["maximum"]) + 1)
+                return sorted(self.rng.sample(pool, min(n, len(pool))))
+            items = [item] * n
+        self.depth += 1
+        try:
+            return [
+                self.value(item, given[i] if i < len(given) else _NO_HINT, field)
+                for i, item in enumerate(items)
             ]
-        }
+        finally:
+            self.depth -= 1
 
-    def future_plan_revision(self) -> dict[str, Any]:
-        places: list[str] = self.p.json_line("Places (JSON list)") or []
-        window = self.p.window()
-        assert window is not None, "a revision prompt states its time window"
-        start, end = window
-        if self.p.revision:
-            items = [PlanItem.model_validate(p) for p in self.p.earlier()["plans"]]
-            if items:
-                # Move the earlier plan so that it starts when the new window does.
-                shift = start - items[0].start_min
-                items = [
-                    p.model_copy(
-                        update={
-                            "start": _hm(max(0, min(1440, p.start_min + shift))),
-                            "end": _hm(max(0, min(1440, p.end_min + shift))),
-                        }
-                    )
-                    for p in items
-                ]
-        else:
-            items = [PlanItem.model_validate(p) for p in self.p.json_line("Remaining plans (JSON)")]
-        fitted = fit_to_window(items, start, end, min_minutes=30)
-        return {
-            "plans": [
-                {**p.model_dump(), "location": _map_location(p.location, places, self.rng)}
-                for p in fitted
-            ]
-        }
+    def text(self, node: Mapping[str, Any], hint: Any, field: str) -> str:
+        longest = int(node.get("maxLength", 200))
+        pattern = node.get("pattern")
+        if isinstance(hint, str) and hint.strip():
+            if pattern is None:
+                return hint[:longest]
+            if re.fullmatch(pattern, hint):
+                return hint
+        if pattern == TIME_PATTERN:
+            # A schedule whose times the schema does not narrow: items an hour each, in order.
+            minute, self.clock = self.clock, min(24 * 60, self.clock + 60)
+            return hhmm(minute)
+        phrases = _PHRASES.get(field, ("ok",))
+        used = self.used.setdefault(field, set())
+        fresh = [p for p in phrases if p not in used] or list(phrases)
+        phrase = self.rng.choice(fresh)
+        used.add(phrase)
+        return phrase[:longest] or "ok"
 
-    # -- choices --------------------------------------------------------------------------------
-
-    def finding_location(self) -> dict[str, Any]:
-        options: list[str] = self.p.json_line("Options (JSON list)")
-        return {"location": _best(self.p.line("Task") or "", options, self.rng)}
-
-    def _current(self) -> str:
-        found = re.search(r"is currently (.*)\.$", self.p.text, re.MULTILINE)
-        if found:
-            return found.group(1)
-        found = re.search(r"Now .+? is (.*?) and notices", self.p.text)
-        return found.group(1) if found else "what they were doing"
-
-    def _react(self, weights: Sequence[float], elsewhere: Sequence[str]) -> dict[str, Any]:
-        options: list[str] = self.p.json_line("Options (JSON list)")
-        minutes = self.rng.choice([20, 30, 40, 60])
-        if self.p.revision:
-            earlier = self.p.earlier()
-            choice = _best(earlier["choice"], options, self.rng)
-            index = options.index(choice)
-            activity = self._current() if index == 0 else earlier["activity"]
-            return {"choice": choice, "activity": activity, "minutes": earlier["minutes"]}
-        index = self.rng.choices(range(len(options)), weights=weights)[0]
-        choice = options[index]
-        if index == 0:
-            activity = self._current()
-        elif choice.startswith("use the "):
-            activity = f"using the {choice[len('use the ') :]}"
-        elif choice.startswith("talk to "):
-            activity = f"chatting with {choice[len('talk to ') :]}"
-        else:
-            activity = self.rng.choice(list(elsewhere))
-        return {"choice": choice, "activity": activity, "minutes": minutes}
-
-    def actor_reaction(self) -> dict[str, Any]:
-        return self._react((0.6, 0.25, 0.15), ("going for a short walk", "getting some fresh air"))
-
-    def agent_reaction(self) -> dict[str, Any]:
-        return self._react((0.4, 0.45, 0.15), ("heading somewhere quieter", "running an errand"))
-
-    # -- reflection and summaries ---------------------------------------------------------------
-
-    def high_level_questions(self) -> dict[str, Any]:
-        statements = self.p.numbered() or [f"{self.p.name} lives in town"]
-        picks = [self.rng.choice(statements) for _ in range(3)]
-        return {
-            "questions": [
-                f"What does {self.p.first} care about regarding {' '.join(s.split()[:6])}?"
-                for s in picks
-            ]
-        }
-
-    def high_level_insights(self) -> dict[str, Any]:
-        statements = self.p.numbered()
-        n = max(1, len(statements))
-        insights = []
-        for _ in range(5):
-            evidence = sorted(self.rng.sample(range(1, n + 1), k=min(n, self.rng.randint(1, 3))))
-            basis = statements[evidence[0] - 1] if statements else self.p.name
-            insights.append(
-                {
-                    "insight": f"{self.p.first} pays attention to this: {basis}",
-                    "evidence": evidence,
-                }
-            )
-        return {"insights": insights}
-
-    def memory_summary(self) -> dict[str, Any]:
-        traits = (self.p.line("Innate traits") or "thoughtful").lower()
-        statements = self.p.numbered()
-        recent = f" Recently: {statements[0].rstrip('.')}." if statements else ""
-        return {"summary": f"{self.p.name} is {traits}.{recent}"}
-
-    def new_actor_statuses(self) -> dict[str, Any]:
-        found = re.search(r"is (.*), using the (.+?) in ", self.p.text)
-        activity = found.group(1) if found else "something"
-        if activity == "sleeping":
-            return {"status": f"being slept in by {self.p.first}"}
-        return {"status": f"being used for {activity}"[:100]}
-
-    # -- dialogue -------------------------------------------------------------------------------
-
-    def relationship_summary(self) -> dict[str, Any]:
-        other = self.p.line("Other") or "someone"
-        known = len(self.p.numbered())
-        return {
-            "summary": f"{self.p.name} knows {other}; {self.p.first} remembers {known} things "
-            f"about them."
-        }
-
-    def dialogue_utterance(self) -> dict[str, Any]:
-        said = int((self.p.line("Utterances so far") or "0").split()[0])
-        found = re.search(r"is talking with (.+?) at ", self.p.text)
-        other = (found.group(1) if found else "there").split()[0]
-        lines = [
-            f"Hi {other}, how is your day going?",
-            f"I have been busy today, {other}.",
-            "That sounds interesting, tell me more.",
-            f"By the way, {other}, have you been to the park lately?",
-            "I should get going soon.",
-            "It was nice talking to you!",
-        ]
-        end = said >= 2 and self.rng.random() < 0.1 + 0.08 * said
-        return {"utterance": self.rng.choice(lines), "end_conversation": end}
-
-    def dialogue_summary(self) -> dict[str, Any]:
-        found = re.search(r"Conversation between .+? and (.+?):", self.p.text)
-        other = found.group(1) if found else "someone"
-        return {"summary": f"{self.p.name} had a friendly chat with {other}."}
+    def number(self, node: Mapping[str, Any], hint: Any) -> int | float:
+        lo = float(node.get("minimum", 0))
+        hi = float(node.get("maximum", lo + 10))
+        integer = node.get("type") == "integer"
+        if isinstance(hint, int | float) and not isinstance(hint, bool):
+            kept = min(max(float(hint), lo), hi)
+            return round(kept) if integer else kept
+        # Leaning low: most memories are mundane, most reactions short.
+        value = lo + (hi - lo) * self.rng.random() ** 3
+        return round(value) if integer else value
 
 
-def _hm(minute: int) -> str:
-    return f"{minute // 60:02d}:{minute % 60:02d}"
+def _earlier_answer(category: str, messages: Sequence[Mapping[str, Any]]) -> Any:
+    """The cached answer a revision request shows: the first JSON object in the request that
+    is a valid answer of the category's response model (``None`` if there is none, or the
+    category does not revise)."""
+    if category not in CATEGORIES or template(category).modifier != "revise":
+        return None
+    response = template(category).response
+    decoder = json.JSONDecoder()
+    for message in messages:
+        text = str(message.get("content") or "")
+        start = text.find("{")
+        while start >= 0:
+            try:
+                value, end = decoder.raw_decode(text, start)
+            except ValueError:
+                start = text.find("{", start + 1)
+                continue
+            if isinstance(value, dict):
+                try:
+                    response.model_validate(value)
+                except ValueError:
+                    pass
+                else:
+                    return value
+            start = text.find("{", end)
+    return None
 
 
-def _corrupt(category: str, answer: dict[str, Any], rng: random.Random) -> str:
+def _violation(node: Mapping[str, Any], answer: Any, writer: _Writer) -> Any:
+    """``answer`` with one leaf value the schema forbids (a number past its maximum, a string
+    outside its enum), or ``_NO_HINT`` if it has no such leaf."""
+    node = writer.resolve(node)
+    if "anyOf" in node:
+        alt = min(node["anyOf"], key=lambda a: writer.distance(a, answer))
+        return _violation(alt, answer, writer)
+    if "enum" in node or "const" in node:
+        return "somewhere that is not an option"
+    kind = node.get("type")
+    if kind == "integer" and "maximum" in node:
+        return int(node["maximum"]) + 1
+    if kind == "object" and isinstance(answer, dict):
+        for key, sub in node.get("properties", {}).items():
+            if key in answer:
+                bad = _violation(sub, answer[key], writer)
+                if bad is not _NO_HINT:
+                    return {**answer, key: bad}
+    if kind == "array" and isinstance(answer, list):
+        items = node.get("prefixItems") or [node.get("items", {})] * len(answer)
+        for i, (sub, value) in enumerate(zip(items, answer, strict=False)):
+            bad = _violation(sub, value, writer)
+            if bad is not _NO_HINT:
+                return [*answer[:i], bad, *answer[i + 1 :]]
+        if node.get("minItems", 0) > 0:
+            return []
+    return _NO_HINT
+
+
+def _corrupt(answer: Any, schema: Mapping[str, Any], rng: random.Random) -> str:
     """An invalid answer of one of the kinds small models produce."""
     text = json.dumps(answer)
     kind = rng.choice(["prose", "truncated", "wrong_key", "out_of_range"])
@@ -399,13 +366,9 @@ def _corrupt(category: str, answer: dict[str, Any], rng: random.Random) -> str:
     if kind == "truncated":
         return text[: max(1, len(text) // 2)]
     if kind == "out_of_range":
-        if category == "importance score":
-            return json.dumps({"score": 11})
-        for key, value in answer.items():
-            if isinstance(value, list):
-                return json.dumps({**answer, key: []} if key != "plans" else {key: value[:1]})
-            if key in ("location", "choice"):
-                return json.dumps({**answer, key: "somewhere that is not an option"})
+        bad = _violation(schema, answer, _Writer(schema, rng, ""))
+        if bad is not _NO_HINT:
+            return json.dumps(bad)
     return json.dumps({"answer": answer})
 
 
@@ -431,6 +394,18 @@ def _messy(answer: dict[str, Any], rng: random.Random) -> str:
     return json.dumps(stringify(answer))
 
 
+def _json_schema(response_format: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """The category (the schema's name) and the JSON schema of a ``response_format``."""
+    if isinstance(response_format, dict):
+        spec = response_format.get("json_schema")
+        if isinstance(spec, dict) and spec.get("name"):
+            schema = spec.get("schema")
+            return category_of_schema_name(str(spec["name"])), (
+                schema if isinstance(schema, dict) else None
+            )
+    return None, None
+
+
 class _Completions:
     def __init__(self, owner: ScriptedLLM) -> None:
         self._owner = owner
@@ -447,7 +422,7 @@ class _Chat:
 class ScriptedLLM:
     """See the module docstring. ``requests`` counts requests per category (resubmissions and
     revisions included), ``malformed`` the invalid answers given, ``revisions`` the revision
-    prompts answered."""
+    requests answered (those that showed an earlier answer)."""
 
     def __init__(
         self,
@@ -479,32 +454,33 @@ class ScriptedLLM:
     def answer(self, kwargs: dict[str, Any]) -> ChatCompletion:
         messages: list[dict[str, Any]] = list(kwargs.get("messages") or [])
         model = str(kwargs.get("model", "scripted"))
-        category = _category(kwargs.get("response_format"))
+        category, schema = _json_schema(kwargs.get("response_format"))
+        label = category or "?"
         digest = hashlib.sha256(
-            json.dumps([self.seed, category, messages], sort_keys=True, default=str).encode()
+            json.dumps(
+                [self.seed, category, messages, schema], sort_keys=True, default=str
+            ).encode()
         ).hexdigest()
         rng = random.Random(digest)
-        prompt = _Prompt(messages)
-        method: Callable[[], dict[str, Any]] | None = getattr(
-            _Answers(prompt, rng), (category or "").replace(" ", "_").replace("-", "_"), None
-        )
+        earlier = _earlier_answer(category, messages) if category else None
         with self._lock:
             self._ids += 1
             n = self._ids
-            self.requests[category or "?"] += 1
-            if prompt.revision:
-                self.revisions[category or "?"] += 1
+            self.requests[label] += 1
+            if earlier is not None:
+                self.revisions[label] += 1
             fault = self._faults.random()
             mess = self._faults.random()
             fault_rng = random.Random(self._faults.random())
-        if method is None:
-            content = "I can only answer the town's prompts."
+        if schema is None:
+            content = "I can only answer requests that carry a JSON schema."
         else:
-            answer = method()
+            writer = _Writer(schema, rng, label)
+            answer = writer.value(schema, _NO_HINT if earlier is None else earlier)
             if model not in self.reliable_models and fault < self.malformed_rate:
                 with self._lock:
-                    self.malformed[category or "?"] += 1
-                content = _corrupt(category or "", answer, fault_rng)
+                    self.malformed[label] += 1
+                content = _corrupt(answer, schema, fault_rng)
             elif mess < self.messy_rate:
                 content = _messy(answer, fault_rng)
             else:
@@ -531,11 +507,3 @@ class ScriptedLLM:
                 },
             }
         )
-
-
-def _category(response_format: Any) -> str | None:
-    if isinstance(response_format, dict):
-        schema = response_format.get("json_schema")
-        if isinstance(schema, dict) and schema.get("name"):
-            return category_of_schema_name(str(schema["name"]))
-    return None

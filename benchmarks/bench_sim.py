@@ -50,9 +50,9 @@ def embedder_named(name: str) -> Embedder:
         from llmcache.testing import HashEmbedder
 
         return HashEmbedder()
-    from llmcache import MemoEmbedder, MiniLMEmbedder
+    from llmcache import default_embedder
 
-    return MemoEmbedder(MiniLMEmbedder())
+    return default_embedder()
 
 
 def main() -> None:

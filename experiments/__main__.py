@@ -34,23 +34,21 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
     cost_path = out / "cost.json"
     if cost_path.exists():
         cost = load_result(CostResult, cost_path)
-        by = {m.mode: m for m in cost.study_prices}
-        none = cost.replay.get("none", {}).get("spent_usd", 0.0)
+        rows = {row.mode: row for row in cost.summary()}
+        priced = cost.models.get("llm", "the study's")
         print(
-            f"cost of a held-out run ({24 * cost.sim_days:.0f} simulated hours) at gpt-4o-mini "
-            "prices:"
+            f"cost of a held-out run ({24 * cost.sim_days:.0f} simulated hours) at {priced} prices:"
         )
         print(f"  {'':14} {'study model (chars/4)':24} CachedLLM replay (LLM tokens counted)")
-        print(f"  {'no cache':14} ${by['none'].total_usd:<23.4f} ${none:.4f}")
+        none = rows["none"]
+        print(f"  {'no cache':14} ${none.study.total_usd:<23.4f} ${none.replay.spent_usd:.4f}")
         for mode in ("full", "keyword"):
-            m = by[mode]
-            r = cost.replay.get(mode, {})
-            spent = r.get("spent_usd", 0.0)
-            saved = 100 * (1 - spent / none) if none else 0.0
-            study = f"${m.total_usd:.4f} ({100 * (m.reduction or 0):.1f}% less)"
+            row = rows[mode]
+            study = f"${row.study.total_usd:.4f} ({100 * (row.study.reduction or 0):.1f}% less)"
             print(
-                f"  {mode + ' cache':14} {study:24} ${spent:.4f} ({saved:.1f}% less, "
-                f"{int(r.get('hits', 0))}/{int(r.get('calls', 0))} hits)"
+                f"  {mode + ' cache':14} {study:24} ${row.replay.spent_usd:.4f} "
+                f"({100 * (row.replay_saving or 0):.1f}% less, "
+                f"{row.replay.hits}/{row.replay.calls} hits)"
             )
     sat_path = out / "saturation.json"
     if sat_path.exists():

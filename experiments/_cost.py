@@ -3,8 +3,9 @@
 The thesis gives only its totals; this is the model that reproduces them, pure arithmetic so
 every figure can be checked by hand.
 
-Tokens are characters / ``chars_per_token`` (the study: 4); prices are dollars per 1M tokens
-(the study: gpt-4o-mini at $0.15 in / $0.60 out, text-embedding-3-small at $0.02).
+Tokens are characters / ``chars_per_token`` (the study: 4); prices are dollars per 1M tokens,
+the list prices llmcache's ledger uses (:class:`llmcache.PriceTable`) for the study's models,
+gpt-4o-mini and text-embedding-3-small.
 
 - **No caching** (``none``): every held-out query is a full LLM call,
   ``baseline = sum(llm_usd(prompt, answer))``.
@@ -34,6 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiments._results import GroupCost, ModeCost
+from llmcache import Price, PriceTable
 
 __all__ = [
     "LOCAL_EMBEDDER_PRICES",
@@ -52,19 +54,46 @@ CacheMode = Literal["full", "keyword"]
 
 
 class Prices(BaseModel):
-    """Dollars per 1M tokens, and how many characters make a token."""
+    """What the cost model charges: the list prices of an LLM and an embedding model, as
+    llmcache prices them (:class:`llmcache.Price`, dollars per 1M tokens), and how many
+    characters make a token."""
 
     model_config = ConfigDict(frozen=True)
 
     chars_per_token: float = Field(default=4.0, gt=0)
-    llm_in: float = 0.15  # gpt-4o-mini input
-    llm_out: float = 0.60  # gpt-4o-mini output
-    embed: float = 0.02  # text-embedding-3-small
+    llm_model: str
+    llm: Price
+    embed_model: str
+    embed: Price
+
+    @classmethod
+    def listed(cls, llm_model: str, embed_model: str, *, chars_per_token: float = 4.0) -> Prices:
+        """The two models' prices in llmcache's price table (``KeyError`` if one is not
+        listed: a cost model must not price an unknown model silently)."""
+        table = PriceTable().prices
+        return cls(
+            chars_per_token=chars_per_token,
+            llm_model=llm_model,
+            llm=table[llm_model],
+            embed_model=embed_model,
+            embed=table[embed_model],
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        """The prices as a result file records them: ``llm_in``, ``llm_out``, ``embed``."""
+        return {
+            "llm_in": self.llm.input_per_m,
+            "llm_out": self.llm.output_per_m,
+            "embed": self.embed.input_per_m,
+        }
 
 
-STUDY_PRICES = Prices()
+# The study's models: gpt-4o-mini answers, text-embedding-3-small embeds, 4 characters a token.
+STUDY_PRICES = Prices.listed("gpt-4o-mini", "text-embedding-3-small")
 # A local embedder (the bundled MiniLM) costs no dollars; the LLM prices stay the study's.
-LOCAL_EMBEDDER_PRICES = Prices(embed=0.0)
+LOCAL_EMBEDDER_PRICES = STUDY_PRICES.model_copy(
+    update={"embed_model": "local embedder", "embed": Price(input_per_m=0.0)}
+)
 
 
 def _tokens(chars: float, prices: Prices) -> float:
@@ -74,14 +103,14 @@ def _tokens(chars: float, prices: Prices) -> float:
 def llm_usd(prompt_chars: float, answer_chars: float, prices: Prices = STUDY_PRICES) -> float:
     """One LLM call: prompt tokens at the input price, answer tokens at the output price."""
     return (
-        _tokens(prompt_chars, prices) * prices.llm_in
-        + _tokens(answer_chars, prices) * prices.llm_out
+        _tokens(prompt_chars, prices) * prices.llm.input_per_m
+        + _tokens(answer_chars, prices) * prices.llm.output_per_m
     ) / 1e6
 
 
 def embed_usd(chars: float, prices: Prices = STUDY_PRICES) -> float:
     """Embedding ``chars`` characters of description."""
-    return _tokens(chars, prices) * prices.embed / 1e6
+    return _tokens(chars, prices) * prices.embed.input_per_m / 1e6
 
 
 class CostPrompt(BaseModel):

@@ -29,7 +29,7 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
 
 from agent_core.llm import cache_config, town_options, town_request
-from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, SemanticCache
+from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, PriceTable, SemanticCache
 
 from ._cost import (
     LOCAL_EMBEDDER_PRICES,
@@ -39,7 +39,7 @@ from ._cost import (
     mode_costs,
 )
 from ._data import MODES, EmbeddingStore, Prompt, kept_groups
-from ._results import CostResult
+from ._results import CostResult, ReplayCost
 from ._retrieval import TableIndex
 
 __all__ = ["ReplayClient", "cost_study"]
@@ -153,20 +153,17 @@ def _replay(
     model: str,
     embedder: Any,
     max_attempts: int,
+    prices: PriceTable,
     progress: Callable[[int], None] | None,
-) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {
-        "none": {
-            "spent_usd": sum(q.cost_usd for q in queries),
-            "calls": float(len(queries)),
-        }
-    }
+) -> dict[str, ReplayCost]:
+    out = {"none": ReplayCost(spent_usd=sum(q.cost_usd for q in queries), calls=len(queries))}
     for mode in MODES:
         with tempfile.TemporaryDirectory(prefix=f"cost-{mode}-") as tmp:
             cache = SemanticCache(
                 tmp,
                 embedder=embedder,
                 config=cache_config(mode=Mode.COLLECT, embed=EmbedMode(mode), max_attempts=1),
+                prices=prices,
             )
             builder = CachedLLM(ReplayClient(table_run), cache=cache)
             for p in table_run:
@@ -175,31 +172,23 @@ def _replay(
                 client,
                 cache=cache.with_config(mode=Mode.SERVE, max_attempts=max_attempts),
             )
-            spent = avoided = 0.0
-            hits = calls = revise = 0
+            replay = ReplayCost()
             for q in queries:
                 kwargs = _request(q)
                 kwargs["model"] = model
+                replay.calls += 1
                 try:
                     _, info = serving.chat.completions.create_with_info(**kwargs, cache=_options(q))
                 except Exception:  # an unanswerable query costs what its tries cost
-                    calls += 1
                     continue
-                spent += info.cost_usd
-                avoided += info.avoided_usd
-                calls += 1
-                hits += info.outcome == "hit"
-                revise += info.outcome == "hit" and info.modifier == "revise"
+                replay.spent_usd += info.cost_usd
+                replay.avoided_usd += info.avoided_usd
+                replay.hits += info.outcome == "hit"
+                replay.revise_calls += info.outcome == "hit" and info.modifier == "revise"
                 if progress is not None:
                     progress(1)
             cache.close()
-        out[mode] = {
-            "spent_usd": spent,
-            "avoided_usd": avoided,
-            "calls": float(calls),
-            "hits": float(hits),
-            "revise_calls": float(revise),
-        }
+        out[mode] = replay
     return out
 
 
@@ -223,15 +212,14 @@ def cost_study(
         model=model,
         embedder=store.embedder,
         max_attempts=max_attempts,
+        # Whatever model answers the replay is priced as the study's LLM.
+        prices=PriceTable(fallback_model=STUDY_PRICES.llm_model),
         progress=progress,
     )
     return CostResult(
         chars_per_token=STUDY_PRICES.chars_per_token,
-        prices={
-            "llm_in": STUDY_PRICES.llm_in,
-            "llm_out": STUDY_PRICES.llm_out,
-            "embed": STUDY_PRICES.embed,
-        },
+        prices=STUDY_PRICES.as_dict(),
+        models={"llm": STUDY_PRICES.llm_model, "embed": STUDY_PRICES.embed_model},
         groups=groups,
         description_reduction=overall,
         study_prices=mode_costs(table, qs, STUDY_PRICES),

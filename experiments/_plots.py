@@ -26,9 +26,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from pydantic import BaseModel
 
 from experiments._results import (
+    RESULT_MODELS,
     CollectResult,
     CompareResult,
     CorrelationResult,
@@ -492,17 +492,14 @@ def plot_cost(result: CostResult, path: str | Path) -> Path:
 _Plotter = Callable[[Any, Path], Path]
 
 # name -> (result model, plotters); a plotter's figure is <name>.png, or <name>_<suffix>.png.
-_FIGURES: dict[str, tuple[type[BaseModel], tuple[tuple[str, _Plotter], ...]]] = {
-    "collect": (CollectResult, (("", plot_collect),)),
-    "similarity": (SimilarityResult, (("", plot_similarity),)),
-    "correlation": (
-        CorrelationResult,
-        (("", plot_correlation), ("groups", plot_correlation_groups)),
-    ),
-    "saturation": (SaturationResult, (("", plot_saturation),)),
-    "observed": (ObservedResult, (("", plot_observed),)),
-    "compare": (CompareResult, (("", plot_compare),)),
-    "cost": (CostResult, (("", plot_cost),)),
+_FIGURES: dict[str, tuple[tuple[str, _Plotter], ...]] = {
+    "collect": (("", plot_collect),),
+    "similarity": (("", plot_similarity),),
+    "correlation": (("", plot_correlation), ("groups", plot_correlation_groups)),
+    "saturation": (("", plot_saturation),),
+    "observed": (("", plot_observed),),
+    "compare": (("", plot_compare),),
+    "cost": (("", plot_cost),),
 }
 
 
@@ -515,11 +512,11 @@ def plot_all(results_dir: str | Path) -> list[Path]:
     results_dir = Path(results_dir)
     out = results_dir / "figures"
     written: list[Path] = []
-    for name, (model, plotters) in _FIGURES.items():
+    for name, plotters in _FIGURES.items():
         source = results_dir / f"{name}.json"
         if not source.is_file():
             continue
-        result = load_result(model, source)
+        result = load_result(RESULT_MODELS[name], source)
         for suffix, plot in plotters:
             stem = f"{name}_{suffix}" if suffix else name
             written.append(plot(result, out / f"{stem}.png"))

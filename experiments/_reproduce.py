@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from llmcache import Embedder
+from llmcache import Embedder, default_embedder
 from llmcache.llm import LLMConnection, open_llm
 
 from ._collect import collect, run_paths
@@ -23,6 +23,7 @@ from ._evaluate import Adapter, compare, correlation
 from ._judge import Judge, LLMJudge, ReferenceJudge
 from ._profiles import Profile
 from ._results import (
+    RESULT_MODELS,
     CollectResult,
     CompareResult,
     CorrelationResult,
@@ -39,30 +40,7 @@ __all__ = ["EXPERIMENTS", "Study", "reproduce"]
 
 logger = logging.getLogger("experiments")
 
-EXPERIMENTS = (
-    "collect",
-    "similarity",
-    "saturation",
-    "observed",
-    "correlation",
-    "compare",
-    "cost",
-)
-_MODELS: dict[str, type[BaseModel]] = {
-    "collect": CollectResult,
-    "similarity": SimilarityResult,
-    "saturation": SaturationResult,
-    "observed": ObservedResult,
-    "correlation": CorrelationResult,
-    "compare": CompareResult,
-    "cost": CostResult,
-}
-
-
-def default_embedder() -> Embedder:
-    from llmcache import MemoEmbedder, MiniLMEmbedder
-
-    return MemoEmbedder(MiniLMEmbedder())
+EXPERIMENTS = tuple(RESULT_MODELS)
 
 
 @dataclass
@@ -154,7 +132,7 @@ class Study:
     def step(self, name: str) -> BaseModel:
         """Run one experiment (or load its cached result) and save its JSON."""
         if self.cached(name):
-            return load_result(_MODELS[name], self.path(name))
+            return load_result(RESULT_MODELS[name], self.path(name))
         with self._timed(name):
             result: BaseModel = getattr(self, f"_{name}")()
         save_result(result, self.path(name))

@@ -12,6 +12,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "RESULT_MODELS",
     "CollectResult",
     "CompareResult",
     "CorrelationResult",
@@ -19,8 +20,10 @@ __all__ = [
     "GroupCost",
     "JudgeReliability",
     "ModeCost",
+    "ModeSummary",
     "ObservedResult",
     "RatingTable",
+    "ReplayCost",
     "RunInfo",
     "SaturationCurve",
     "SaturationResult",
@@ -182,20 +185,74 @@ class ModeCost(BaseModel):
     usage_reduction: float | None
 
 
+class ReplayCost(BaseModel):
+    """One mode of the held-out run replayed through ``CachedLLM`` in serve mode, as llmcache's
+    ledger counted it (real token counts; ``none``: the run's own recorded calls)."""
+
+    spent_usd: float = 0.0
+    avoided_usd: float = 0.0
+    calls: int = 0
+    hits: int = 0
+    revise_calls: int = 0  # hits whose cached answer was revised by a real LLM call
+
+
+class ModeSummary(BaseModel):
+    """One way of answering the held-out run, every view of its cost side by side."""
+
+    mode: str  # "none", "full", "keyword"
+    study: ModeCost  # the study's cost model at the study's prices
+    local: ModeCost | None  # the same with our local embedder (embeddings cost nothing)
+    replay: ReplayCost
+    replay_saving: float | None  # 1 - replay spent / replay spent without a cache
+
+
 class CostResult(BaseModel):
     """Fig 3.12/3.13: description length and cost, at the study's prices and ours."""
 
     chars_per_token: float
     prices: dict[str, float]  # $ per 1M tokens: llm_in, llm_out, embed
+    # Which models those prices are llmcache's list prices of: "llm", "embed".
+    models: dict[str, str] = Field(default_factory=dict)
     groups: list[GroupCost]
     description_reduction: float  # over all kept prompts
     study_prices: list[ModeCost]  # 4 chars/token, gpt-4o-mini + text-embedding-3-small
     local_embedder: list[ModeCost]  # the same LLM prices, embeddings free (local MiniLM)
-    # Measured by replaying the held-out run through CachedLLM in serve mode (llmcache's ledger,
-    # real token counts): mode -> {"spent_usd", "avoided_usd", "calls", "hits", "revise_calls"}
-    replay: dict[str, dict[str, float]]
+    # Measured by replaying the held-out run through CachedLLM in serve mode: mode -> cost.
+    replay: dict[str, ReplayCost]
     sim_days: float  # simulated time the held-out run covers
 
+    def summary(self) -> list[ModeSummary]:
+        """``none``, ``full`` and ``keyword`` (those the study model priced), each with its
+        replay and the replay's saving against the uncached run."""
+        local = {m.mode: m for m in self.local_embedder}
+        uncached = self.replay.get("none", ReplayCost()).spent_usd
+        out = []
+        for study in self.study_prices:
+            replay = self.replay.get(study.mode, ReplayCost())
+            saving = 1.0 - replay.spent_usd / uncached if uncached else None
+            out.append(
+                ModeSummary(
+                    mode=study.mode,
+                    study=study,
+                    local=local.get(study.mode),
+                    replay=replay,
+                    replay_saving=saving,
+                )
+            )
+        return out
+
+
+#: Each experiment's result model, by the experiment's name (its file is ``<name>.json``), in
+#: the order the study runs them.
+RESULT_MODELS: dict[str, type[BaseModel]] = {
+    "collect": CollectResult,
+    "similarity": SimilarityResult,
+    "saturation": SaturationResult,
+    "observed": ObservedResult,
+    "correlation": CorrelationResult,
+    "compare": CompareResult,
+    "cost": CostResult,
+}
 
 _M = TypeVar("_M", bound=BaseModel)
 

@@ -13,7 +13,7 @@ OpenAI-compatible URL -- is the subpackage :mod:`llmcache.llm`; the cache never 
 from __future__ import annotations
 
 from ._backend import LocalBackend
-from ._cache import SemanticCache
+from ._cache import SemanticCache, default_embedder
 from ._client import AsyncCachedLLM, CachedLLM
 from ._config import CacheConfig, CategoryPolicy, Limits
 from ._embedders import MemoEmbedder, MiniLMEmbedder, OpenAIEmbedder
@@ -108,6 +108,7 @@ __all__ = [
     "Validator",
     "VectorIndex",
     "__version__",
+    "default_embedder",
     "embedding_text",
     "messages_text",
     "read_records",

@@ -106,6 +106,7 @@ EXPECTED_PUBLIC_NAMES = {
     "Validator",
     "VectorIndex",
     "__version__",
+    "default_embedder",
     "embedding_text",
     "messages_text",
     "read_records",

@@ -1,15 +1,29 @@
-"""ScriptedLLM: valid, deterministic answers drawn from the prompt; injected faults."""
+"""ScriptedLLM: valid, deterministic answers drawn from the request's schema, never from the
+prompt's prose; revisions of an earlier answer; injected faults."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion
 
-from agent_core import TEMPLATES, Requirements, Template
-from agent_core.testing import ScriptedLLM, gerund
+from agent_core import (
+    TEMPLATES,
+    Requirements,
+    Template,
+    TownCall,
+    open_town_llm,
+    revise,
+    template,
+    templates,
+)
+from agent_core.testing import ScriptedLLM
+from llmcache import Mode
+from llmcache.testing import HashEmbedder
 
 BLOCK = (
     "Name: Mary Oliver (age 16, female)\nInnate traits: Creative, Empathetic, Social\n"
@@ -108,11 +122,12 @@ SAMPLES: dict[str, tuple[dict[str, Any], Requirements]] = {
 
 
 def request(t: Template[Any], model: str = "scripted") -> dict[str, Any]:
-    slots, _ = SAMPLES[t.category]
+    """What the town sends for the category's sample: the prompt and the query's own schema."""
+    slots, req = SAMPLES[t.category]
     return {
         "model": model,
         "messages": t.render(BLOCK, "Mary Oliver", slots),
-        "response_format": t.response_format(),
+        "response_format": t.response_format(req),
     }
 
 
@@ -134,15 +149,16 @@ def test_every_category_gets_a_valid_answer_with_usage(t: Template[Any]) -> None
     assert completion.usage is not None and completion.usage.prompt_tokens > 0
     t.parse(content(completion), SAMPLES[t.category][1])  # raises if invalid
     assert fake.requests[t.category] == 1
+    assert not fake.revisions  # a full prompt (even one holding JSON) is no revision
 
 
-def test_answers_come_from_the_prompt() -> None:
+def test_answers_come_from_the_querys_schema() -> None:
     fake = ScriptedLLM()
-    loc = content(fake.chat.completions.create(**request(TEMPLATES[4])))
-    assert json.loads(loc)["location"] == "Oliver Family House: Art Corner"  # shares words
+    loc = json.loads(content(fake.chat.completions.create(**request(TEMPLATES[4]))))
+    assert loc["location"] in SAMPLES["finding location"][1].options  # type: ignore[operator]
     plan = json.loads(content(fake.chat.completions.create(**request(TEMPLATES[1]))))
     assert {p["location"] for p in plan["plans"]} <= set(PLACES)
-    assert any("painting" in p["activity"] for p in plan["plans"])  # from the routine
+    assert 5 <= len(plan["plans"]) <= 7
 
 
 def test_answers_are_deterministic_per_request_and_seed() -> None:
@@ -155,10 +171,11 @@ def test_answers_are_deterministic_per_request_and_seed() -> None:
 def test_malformed_answers_are_invalid_and_counted() -> None:
     fake = ScriptedLLM(malformed_rate=1.0)
     for t in TEMPLATES:
-        answer = content(fake.chat.completions.create(**request(t)))
-        with pytest.raises(ValueError):
-            t.parse(answer, SAMPLES[t.category][1])
-    assert sum(fake.malformed.values()) == len(TEMPLATES)
+        for _ in range(8):  # every kind of fault, for every category
+            answer = content(fake.chat.completions.create(**request(t)))
+            with pytest.raises(ValueError):
+                t.parse(answer, SAMPLES[t.category][1])
+    assert sum(fake.malformed.values()) == 8 * len(TEMPLATES)
 
 
 def test_the_superior_model_is_never_malformed() -> None:
@@ -197,15 +214,76 @@ def test_rates_are_checked() -> None:
         ScriptedLLM(malformed_rate=1.5)
 
 
-@pytest.mark.parametrize(
-    ("phrase", "expected"),
-    [
-        ("attend classes", "attending classes"),
-        ("write a story", "writing a story"),
-        ("run", "running"),
-        ("see a friend", "seeing a friend"),
-        ("reading", "reading"),
-    ],
-)
-def test_gerund(phrase: str, expected: str) -> None:
-    assert gerund(phrase) == expected
+def _calls() -> list[TownCall]:
+    return [
+        TownCall(
+            category=t.category,
+            agent="Mary Oliver",
+            summary_block=BLOCK,
+            slots={
+                k: v if isinstance(v, str) else list(v) for k, v in SAMPLES[t.category][0].items()
+            },
+            requirements=SAMPLES[t.category][1],
+        )
+        for t in TEMPLATES
+        for slots in [SAMPLES[t.category][0]]
+    ]
+
+
+def _reword(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the wording of every template, the system prompt and the revision prompts."""
+    for t in TEMPLATES:
+        body = "Something else entirely. " + " / ".join("{" + s.name + "}" for s in t.slots)
+        monkeypatch.setitem(
+            templates._BY_CATEGORY,
+            t.category,
+            dataclasses.replace(t, body=body, answer_format="whatever JSON you like"),
+        )
+    monkeypatch.setattr(templates, "SYSTEM_PROMPT", "Play {name}.")
+    monkeypatch.setattr(revise, "SYSTEM_PROMPT", "Play {name}.")
+    monkeypatch.setattr(revise, "REVISION_MARKER", "Before, you said:")
+
+
+def test_rewording_the_prompts_does_not_change_what_the_double_can_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = [call.messages() for call in _calls()]
+    _reword(monkeypatch)
+    fake = ScriptedLLM(seed=3)
+    for call, before in zip(_calls(), original, strict=True):
+        assert call.messages() != before  # the prose really changed
+        for messages in (call.messages(), [{"role": "user", "content": "?"}]):
+            completion = fake.chat.completions.create(
+                model="scripted", messages=messages, response_format=call.response_format()
+            )
+            call.parse(content(completion))  # valid for the query, whatever the wording
+
+
+def test_a_reworded_revision_is_still_recognised_and_revised(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _reword(monkeypatch)
+    fake = ScriptedLLM()
+    llm = open_town_llm(
+        fake, model="scripted", cache_dir=tmp_path, mode=Mode.SERVE, embedder=HashEmbedder()
+    )
+
+    def plan(places: list[str]) -> Any:
+        return llm.ask(
+            template("initial plan generation"),
+            agent="Mary Oliver",
+            summary_block=BLOCK,
+            slots={"date": "Monday", "yesterday": "-", "weekday": "Monday", "places": places},
+            requirements=Requirements(places=places, window=("06:00", "24:00")),
+        )
+
+    try:
+        first = plan(PLACES)
+        second = plan(["Hobbs Cafe", "Johnson Park"])
+    finally:
+        llm.close()
+    assert fake.revisions["initial plan generation"] == 1
+    assert [(p.start, p.end, p.activity) for p in second.plans] == [
+        (p.start, p.end, p.activity) for p in first.plans
+    ]
+    assert {p.location for p in second.plans} <= {"Hobbs Cafe", "Johnson Park"}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import pytest
 
-from agent_core import CATEGORIES, GROUPS, TEMPLATES, Requirements, template
+from agent_core import CATEGORIES, GROUPS, TEMPLATES, Requirements, hhmm, template
 from agent_core.llm import cache_config, category_policy
 from agent_core.revise import REVISION_BUILDERS
 from agent_core.templates import category_of_schema_name
@@ -192,3 +193,53 @@ def test_policies_follow_the_declarations() -> None:
 def test_every_category_has_an_answer_length_cap() -> None:
     assert {t.category for t in TEMPLATES} == set(CATEGORIES)
     assert all(8 <= t.max_tokens <= 1024 for t in TEMPLATES)
+
+
+def test_each_schedule_rule_is_stated_and_checked_from_one_place() -> None:
+    from agent_core import RevisionRequest, build_revision
+    from agent_core.rules import DECOMPOSITION_RULE, INITIAL_PLAN_RULE, REVISION_RULE
+
+    rules = {
+        "initial plan generation": INITIAL_PLAN_RULE,
+        "plan decomposition": DECOMPOSITION_RULE,
+        "future plan revision": REVISION_RULE,
+    }
+
+    def plan(n: int, first_minutes: int) -> list[dict[str, str]]:
+        """``n`` consecutive items from 09:00, the first ``first_minutes`` long, the rest 1 h."""
+        bounds = [9 * 60, 9 * 60 + first_minutes]
+        bounds += [bounds[-1] + 60 * (i + 1) for i in range(n - 1)]
+        return [
+            {"start": hhmm(a), "end": hhmm(b), "activity": "reading", "location": "Home"}
+            for a, b in itertools.pairwise(bounds)
+        ]
+
+    for category, rule in rules.items():
+        t = template(category)
+        assert t.schedule is rule
+        # The prompt states the rule's numbers ...
+        assert f"at least {rule.min_minutes} minutes" in t.body
+        if rule.count[0] > 0:
+            assert rule.count_text() in t.body
+        # ... and the validator enforces them: one item more than allowed, or one too short.
+        n = max(1, rule.count[0])
+        t.parse(json.dumps({rule.field: plan(n, rule.min_minutes)}))
+        with pytest.raises(ValueError):
+            t.parse(json.dumps({rule.field: plan(rule.count[1] + 1, rule.min_minutes)}))
+        with pytest.raises(ValueError, match=f"shorter than {rule.min_minutes}"):
+            t.parse(json.dumps({rule.field: plan(n, rule.min_minutes - 1)}))
+        # A revision prompt states the same rule.
+        messages = build_revision(
+            RevisionRequest(
+                category=category,
+                name="Alice Wilson",
+                cached_content=json.dumps({rule.field: plan(n, rule.min_minutes)}),
+                requirements=Requirements(places=["Home"], window=("09:00", "23:00")),
+            )
+        )
+        assert messages is not None
+        text = messages[-1]["content"]
+        if category != "initial plan generation":  # which only moves places
+            assert f"at least {rule.min_minutes} minutes" in text
+        if rule.cover:
+            assert rule.count_text() in text

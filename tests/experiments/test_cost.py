@@ -16,6 +16,7 @@ from experiments._cost import (
     mode_costs,
     no_cache_cost,
 )
+from llmcache import PriceTable
 
 EXACT = 1e-12
 
@@ -37,10 +38,16 @@ def test_public_api() -> None:
     ]
 
 
-def test_prices() -> None:
-    assert Prices(chars_per_token=4.0, llm_in=0.15, llm_out=0.60, embed=0.02) == STUDY_PRICES
-    assert LOCAL_EMBEDDER_PRICES.embed == 0.0
-    assert LOCAL_EMBEDDER_PRICES.llm_in == STUDY_PRICES.llm_in
+def test_prices_are_llmcaches_list_prices_of_the_studys_models() -> None:
+    table = PriceTable().prices
+    assert Prices.listed("gpt-4o-mini", "text-embedding-3-small") == STUDY_PRICES
+    assert STUDY_PRICES.llm == table["gpt-4o-mini"] and STUDY_PRICES.chars_per_token == 4.0
+    assert STUDY_PRICES.embed == table["text-embedding-3-small"]
+    assert STUDY_PRICES.as_dict() == {"llm_in": 0.15, "llm_out": 0.60, "embed": 0.02}
+    assert LOCAL_EMBEDDER_PRICES.embed.input_per_m == 0.0
+    assert LOCAL_EMBEDDER_PRICES.llm == STUDY_PRICES.llm
+    with pytest.raises(KeyError):
+        Prices.listed("a model nobody lists", "text-embedding-3-small")
     # 4M characters = 1M tokens
     assert llm_usd(4_000_000, 0) == pytest.approx(0.15, rel=EXACT)
     assert llm_usd(0, 4_000_000) == pytest.approx(0.60, rel=EXACT)
@@ -173,8 +180,8 @@ def test_study_headline_is_consistent_with_the_model() -> None:
     # The same figures come out of the model itself: one query whose LLM call costs the
     # baseline, one table prompt per mode whose embedding costs the building, and a revise hit
     # whose revise call makes up the rest of the usage.
-    per_char_llm = STUDY_PRICES.llm_in / STUDY_PRICES.chars_per_token / 1e6
-    per_char_embed = STUDY_PRICES.embed / STUDY_PRICES.chars_per_token / 1e6
+    per_char_llm = STUDY_PRICES.llm.input_per_m / STUDY_PRICES.chars_per_token / 1e6
+    per_char_embed = STUDY_PRICES.embed.input_per_m / STUDY_PRICES.chars_per_token / 1e6
     for mode, (total, usage_reduction) in published.items():
         usage = baseline * (1 - usage_reduction)
         desc = 1000

@@ -151,8 +151,12 @@ def test_cost_replay_goes_through_cachedllm(study_dir: Path) -> None:
     cost = load_result(CostResult, study_dir / "cost.json")
     for mode in ("full", "keyword"):
         r = cost.replay[mode]
-        assert r["calls"] > 0 and r["hits"] > 0
-        assert r["spent_usd"] < cost.replay["none"]["spent_usd"]
+        assert r.calls > 0 and r.hits > 0
+        assert r.spent_usd < cost.replay["none"].spent_usd
+    assert cost.models == {"llm": "gpt-4o-mini", "embed": "text-embedding-3-small"}
+    rows = {row.mode: row for row in cost.summary()}
+    assert rows["none"].replay_saving == 0.0
+    assert 0 < (rows["keyword"].replay_saving or 0) < 1
     by = {m.mode: m for m in cost.study_prices}
     assert by["none"].reduction == 0.0
     assert by["keyword"].building_usd < by["full"].building_usd

@@ -83,5 +83,5 @@ def test_quick_profile_reproduces_everything(tmp_path: Path) -> None:
     corr = load_result(CorrelationResult, out / "correlation.json")
     assert set(corr.ratings) == {"reference", "llm"} or len(corr.ratings) == 2
     cost = load_result(CostResult, out / "cost.json")
-    assert cost.replay["none"]["spent_usd"] > 0
+    assert cost.replay["none"].spent_usd > 0
     assert "cost of a held-out run" in proc.stdout and "report:" in proc.stdout
