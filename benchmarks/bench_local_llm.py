@@ -228,9 +228,14 @@ def _request(
 
 
 def run_pass(
-    server: LocalServer, prompts: list[Prompt], label: str, concurrency: int, pin: bool
+    server: LocalServer,
+    prompts: list[Prompt],
+    label: str,
+    concurrency: int,
+    pin: bool,
+    client: Any = None,
 ) -> PassResult:
-    client = server.client()
+    client = client or server.client()
     result = PassResult(label)
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -280,6 +285,94 @@ def bench_throughput(args: argparse.Namespace, mix: Mix) -> tuple[list[PassResul
                 results.append(result)
                 _say("  " + " | ".join(result.row()))
     return results, starts
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One way to serve the town: server threads, slots in flight, and the client's end bias."""
+
+    name: str
+    threads: int | None = None
+    in_flight: int = 1
+    end_bias: bool = True
+
+    def client(self, server: LocalServer) -> Any:
+        if self.end_bias:
+            return server.client()
+        import openai
+
+        # A plain HTTP client: no end-token bias, answers run on in grammar whitespace.
+        return server.client(http_client=openai.DefaultHttpxClient())
+
+
+def levers(args: argparse.Namespace) -> list[Lever]:
+    cores = os.cpu_count() or 1
+    return [
+        Lever("before: no end bias, sequential", threads=args.threads, end_bias=False),
+        Lever("end bias, sequential", threads=args.threads),
+        Lever(f"end bias, {cores} generation threads", threads=cores),
+        Lever(f"end bias, {args.parallel} in flight", threads=args.threads,
+              in_flight=args.parallel),
+    ]  # fmt: skip
+
+
+def bench_levers(args: argparse.Namespace, mix: Mix) -> list[PassResult]:
+    """Every lever on the same prompts, each on a fresh server, rounds interleaved.
+
+    Each round runs every lever once (cold pass, then warm pass) on that round's prompts, so a
+    change of machine load during the run falls on all levers alike; the ratios against the
+    first lever are of sums over the rounds.
+    """
+    chosen = levers(args)
+    totals = {lever.name: PassResult(lever.name) for lever in chosen}
+    for round_index in range(args.rounds):
+        for lever in chosen:
+            server = LocalServer(
+                args.model,
+                parallel=max(lever.in_flight, 1),
+                ctx_per_slot=args.ctx,
+                threads=lever.threads,
+            )
+            with server:
+                client = lever.client(server)
+                for phase in range(2):
+                    prompts = mix(2 * round_index + phase, args.agents, args.questions)
+                    result = run_pass(
+                        server, prompts, lever.name, lever.in_flight, False, client=client
+                    )
+                    _merge(totals[lever.name], result)
+            _say(f"  round {round_index + 1}: {' | '.join(totals[lever.name].row())}")
+    return list(totals.values())
+
+
+def _merge(total: PassResult, one: PassResult) -> None:
+    for name in (
+        "prompts", "wall", "prompt_tokens", "cached_tokens", "evaluated_tokens",
+        "evaluated_ms", "completion_tokens", "generation_ms", "parsed",
+    ):  # fmt: skip
+        setattr(total, name, getattr(total, name) + getattr(one, name))
+    total.latencies.extend(one.latencies)
+
+
+def lever_rows(results: list[PassResult]) -> list[list[str]]:
+    """The throughput table with each lever's ratio to the first, and where its time went."""
+    base = results[0]
+    rows = []
+    for r in results:
+        ratio = (r.prompts / r.wall) / (base.prompts / base.wall) if r.wall and base.wall else 0
+        rows.append(
+            [
+                *r.row(),
+                f"{ratio:.2f}x",
+                f"{r.evaluated_ms / 1000 / max(r.prompts, 1):.3f}",
+                f"{r.generation_ms / 1000 / max(r.prompts, 1):.3f}",
+                f"{r.completion_tokens / max(r.prompts, 1):.1f}",
+            ]
+        )
+    return rows
+
+
+LEVER_HEADER = [*HEADER, "vs first", "read s/prompt", "gen s/prompt", "gen tok/prompt"]
 
 
 # ----------------------------------------------------------------------------- JSON validity
@@ -444,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sequential-only", action="store_true", help="only the 1-slot configuration"
     )
+    parser.add_argument(
+        "--levers",
+        action="store_true",
+        help="compare the throughput levers (end bias, threads, requests in flight) instead",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of --levers")
     parser.add_argument("--json", help="write all figures to this JSON file")
     args = parser.parse_args(argv)
 
@@ -462,7 +561,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     figures: dict[str, Any] = {"model": args.model, "cores": os.cpu_count()}
 
-    if not args.skip_throughput:
+    if args.levers:
+        _say(
+            f"\nlevers: {args.rounds} interleaved rounds, each a cold and a warm pass per lever "
+            "on a fresh server"
+        )
+        results = bench_levers(args, mix)
+        _say()
+        _say(_table(LEVER_HEADER, lever_rows(results)))
+        figures["levers"] = [dict(zip(LEVER_HEADER, r, strict=True)) for r in lever_rows(results)]
+    elif not args.skip_throughput:
         _say("\nthroughput (each configuration on a fresh server: cold pass, then warm pass)")
         results, starts = bench_throughput(args, mix)
         _say()
