@@ -405,8 +405,13 @@ def main(argv: list[str] | None = None) -> int:
     end = os.getloadavg()
     _say(f"load average at end: {', '.join(f'{x:.2f}' for x in end)}")
     if args.json:
-        settings = {k: v for k, v in vars(args).items() if k != "json"} | {"models": models}
-        bench = BenchReport(machine=info, settings=settings, models=reports, load_average_end=end)
+        settings = {k: v for k, v in vars(args).items() if k not in ("json", "model")}
+        bench = BenchReport(
+            machine=info,
+            settings=settings | {"models": models},
+            models=reports,
+            load_average_end=end,
+        )
         Path(args.json).write_text(bench.model_dump_json(indent=2) + "\n", encoding="utf-8")
         _say(f"wrote {args.json}")
     return 0
