@@ -1,7 +1,7 @@
 """Model choice by measurement: every model answers the same town prompts, one at a time.
 
     python benchmarks/bench_models.py --model smollm2-135m --model qwen2.5-coder-0.5b
-    python benchmarks/bench_models.py --model smollm2-135m --prompts 24 --json /tmp/models.json
+    python benchmarks/bench_models.py --model smollm2-135m --prompts 24 --json models.json
     python benchmarks/bench_models.py --model path/to/other.gguf     # a file not in the registry
 
 For each ``--model`` a fresh :class:`~llmcache.llm.LocalServer` (the town's defaults) answers
