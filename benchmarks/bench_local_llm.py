@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcache.llm import MODELS, LocalServer, find_model
+from llmcache.llm import DEFAULT_MODEL, MODELS, LocalServer, find_model
 
 Prompt = dict[str, Any]
 Mix = Callable[[int, int, int], list[Prompt]]
@@ -327,9 +327,11 @@ def bench_levers(args: argparse.Namespace, mix: Mix) -> list[PassResult]:
     totals = {lever.name: PassResult(lever.name) for lever in chosen}
     for round_index in range(args.rounds):
         for lever in chosen:
+            # As the town serves: several slots (each keeps an agent's prefix), whatever the
+            # number of requests in flight.
             server = LocalServer(
                 args.model,
-                parallel=max(lever.in_flight, 1),
+                parallel=max(lever.in_flight, args.parallel),
                 ctx_per_slot=args.ctx,
                 threads=lever.threads,
             )
@@ -522,7 +524,7 @@ def _load_mix(spec: str | None) -> Mix:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m", help=f"one of {', '.join(MODELS)}")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"one of {', '.join(MODELS)}")
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--questions", type=int, default=3, help="questions per agent and pass")
     parser.add_argument("--parallel", type=int, default=4, help="N for the N-slot runs")

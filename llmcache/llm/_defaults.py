@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 #: The model the simulation runs on when nothing else is configured.
-DEFAULT_MODEL: Final = "smollm2-135m"
+DEFAULT_MODEL: Final = "smollm2-135m-q4_0"
 #: The model invalid answers escalate to, and the default judge.
 DEFAULT_SUPERIOR_MODEL: Final = "qwen2.5-coder-1.5b"
 

