@@ -1,7 +1,9 @@
 """The town's cadence: how often agents act, what they notice and how readily they react.
 
-The defaults are calibrated so that 8 agents produce a prompt volume and category mix close to
-the study's (about 20,500 prompts per 15 simulated days); ``benchmarks/bench_sim.py`` measures it.
+The defaults were calibrated so that 8 agents produce a prompt volume and category mix close to
+the study's (about 20,500 prompts per 15 simulated days) with the earlier scripted double; the
+volume depends on the answers (agent_core/README.md, "Cadence"), and ``benchmarks/bench_sim.py``
+measures it against the study's.
 """
 
 from __future__ import annotations

@@ -39,7 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmcache.llm import DEFAULT_MODEL, MODELS, LocalServer, find_model
+from llmcache.llm import (
+    DEFAULT_MODEL,
+    END_BIAS,
+    MODELS,
+    JSONEndTransport,
+    LocalServer,
+    find_model,
+)
 
 Prompt = dict[str, Any]
 Mix = Callable[[int, int, int], list[Prompt]]
@@ -294,22 +301,24 @@ class Lever:
     name: str
     threads: int | None = None
     in_flight: int = 1
-    end_bias: bool = True
+    end_bias: float | None = END_BIAS
 
     def client(self, server: LocalServer) -> Any:
-        if self.end_bias:
-            return server.client()
         import openai
 
-        # A plain HTTP client: no end-token bias, answers run on in grammar whitespace.
-        return server.client(http_client=openai.DefaultHttpxClient())
+        if self.end_bias is None:
+            # A plain HTTP client: no end-token bias, answers run on in grammar whitespace.
+            return server.client(http_client=openai.DefaultHttpxClient())
+        transport = JSONEndTransport(server.root_url, bias=self.end_bias)
+        return server.client(http_client=openai.DefaultHttpxClient(transport=transport))
 
 
 def levers(args: argparse.Namespace) -> list[Lever]:
     cores = os.cpu_count() or 1
     return [
-        Lever("before: no end bias, sequential", threads=args.threads, end_bias=False),
-        Lever("end bias, sequential", threads=args.threads),
+        Lever("before: no end bias, sequential", threads=args.threads, end_bias=None),
+        Lever(f"end bias +{END_BIAS:g}, sequential", threads=args.threads),
+        Lever("end bias +100, sequential", threads=args.threads, end_bias=100.0),
         Lever(f"end bias, {cores} generation threads", threads=cores),
         Lever(f"end bias, {args.parallel} in flight", threads=args.threads,
               in_flight=args.parallel),

@@ -39,6 +39,7 @@ from ._config import (
 )
 from ._defaults import DEFAULT_MODEL, DEFAULT_SUPERIOR_MODEL
 from ._errors import LocalServerError
+from ._json_end import END_BIAS, AsyncJSONEndTransport, JSONEndTransport
 from ._models import (
     MODELS,
     LocalModel,
@@ -53,7 +54,10 @@ from ._server import LocalServer, default_threads, find_llama_server
 __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_SUPERIOR_MODEL",
+    "END_BIAS",
     "MODELS",
+    "AsyncJSONEndTransport",
+    "JSONEndTransport",
     "LLMBackend",
     "LLMConnection",
     "LLMKind",

@@ -6,11 +6,17 @@ that has closed the object rarely picks end-of-generation next: it spends the re
 ``max_tokens`` on that whitespace, the answer ends with ``finish_reason="length"``, and the time
 goes on tokens nobody reads (an importance rating of eight real tokens ran to its cap of 25).
 
-The grammar forbids end-of-generation until the JSON value is complete, so a strong positive bias
-on the model's end token changes nothing inside the answer and ends it as soon as the grammar
-allows. That is only true when the value cannot be complete early: an object or an array ends
-at its closing bracket, whereas a number (``1`` of ``10``) could be cut short, so the bias is
-only added for schemas whose every alternative is an object or an array.
+The grammar forbids end-of-generation until the JSON value is complete, so a positive bias on the
+model's end token changes nothing inside the answer and ends it as soon as the grammar allows.
+That is only true when the value cannot be complete early: an object or an array ends at its
+closing bracket, whereas a number (``1`` of ``10``) could be cut short, so the bias is only added
+for schemas whose every alternative is an object or an array.
+
+The bias is moderate on purpose. llama.cpp samples a token first and applies the grammar to the
+whole vocabulary only when that token breaks it; a bias so large that the end token is the
+first choice at every step sends every step down that slow path (measured: a bias of 100 cost
+more per generated token than it saved in tokens), while a moderate one still outranks the
+whitespace once the object is closed (``benchmarks/bench_local_llm.py --levers``).
 
 :class:`JSONEndTransport` adds the bias to such requests on their way to the server, after the
 cache has keyed them, so it neither splits cache tables nor reaches a hosted provider. The end
@@ -39,8 +45,9 @@ __all__ = ["END_BIAS", "AsyncJSONEndTransport", "JSONEndTransport", "ends_at_bra
 
 _log = logging.getLogger(__name__)
 
-END_BIAS: Final = 100.0
-"""Added to the end token's logit: far above any real logit, harmless where the grammar masks it."""
+END_BIAS: Final = 10.0
+"""Added to the end token's logit: enough to end the answer once its JSON is closed, small enough
+not to make the end token every step's first choice (which the grammar then has to refuse)."""
 
 _PATHS: Final = ("/chat/completions", "/completions")
 
@@ -122,7 +129,7 @@ class _EndTokens:
         return answer if isinstance(answer, dict) else {}
 
 
-def _with_end_bias(request: http.Request, tokens: _EndTokens) -> http.Request:
+def _with_end_bias(request: http.Request, tokens: _EndTokens, value: float) -> http.Request:
     if request.method != "POST" or not request.url.path.endswith(_PATHS):
         return request
     try:
@@ -140,7 +147,7 @@ def _with_end_bias(request: http.Request, tokens: _EndTokens) -> http.Request:
         bias = {}
     if not isinstance(bias, dict) or str(token) in bias:
         return request  # the caller set its own bias (or a list form): leave it alone
-    body["logit_bias"] = {**bias, str(token): END_BIAS}
+    body["logit_bias"] = {**bias, str(token): value}
     headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
     return http.Request(
         request.method, request.url, headers=headers, content=json.dumps(body).encode()
@@ -150,12 +157,15 @@ def _with_end_bias(request: http.Request, tokens: _EndTokens) -> http.Request:
 class JSONEndTransport(http.BaseTransport):
     """An HTTP transport for a local llama.cpp server that ends JSON answers at their end."""
 
-    def __init__(self, root_url: str, inner: http.BaseTransport | None = None) -> None:
+    def __init__(
+        self, root_url: str, inner: http.BaseTransport | None = None, bias: float = END_BIAS
+    ) -> None:
         self._tokens = _EndTokens(root_url)
         self._inner = inner or http.HTTPTransport()
+        self._bias = bias
 
     def handle_request(self, request: http.Request) -> http.Response:
-        return self._inner.handle_request(_with_end_bias(request, self._tokens))
+        return self._inner.handle_request(_with_end_bias(request, self._tokens, self._bias))
 
     def close(self) -> None:
         self._inner.close()
@@ -164,12 +174,17 @@ class JSONEndTransport(http.BaseTransport):
 class AsyncJSONEndTransport(http.AsyncBaseTransport):
     """The async twin of :class:`JSONEndTransport` (its token lookup blocks, once a model)."""
 
-    def __init__(self, root_url: str, inner: http.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, root_url: str, inner: http.AsyncBaseTransport | None = None, bias: float = END_BIAS
+    ) -> None:
         self._tokens = _EndTokens(root_url)
         self._inner = inner or http.AsyncHTTPTransport()
+        self._bias = bias
 
     async def handle_async_request(self, request: http.Request) -> http.Response:
-        return await self._inner.handle_async_request(_with_end_bias(request, self._tokens))
+        return await self._inner.handle_async_request(
+            _with_end_bias(request, self._tokens, self._bias)
+        )
 
     async def aclose(self) -> None:
         await self._inner.aclose()
