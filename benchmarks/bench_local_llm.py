@@ -4,6 +4,8 @@
     python benchmarks/bench_local_llm.py --json-validity      # + unconstrained vs constrained JSON
     python benchmarks/bench_local_llm.py --model qwen2.5-coder-1.5b --agents 4 --questions 2
     python benchmarks/bench_local_llm.py --mix mypkg.mixes:agent_mix   # another prompt mix
+    python benchmarks/bench_local_llm.py --mix town_mix:town_mix --levers \
+        --before-model smollm2-135m                    # where the town's time goes
 
 What it measures, on a fresh server per configuration:
 - start time: spawning llama-server (router) until the model answers;
@@ -296,9 +298,10 @@ def bench_throughput(args: argparse.Namespace, mix: Mix) -> tuple[list[PassResul
 
 @dataclass(frozen=True)
 class Lever:
-    """One way to serve the town: server threads, slots in flight, and the client's end bias."""
+    """One way to serve the town: the model, server threads, requests in flight, the end bias."""
 
     name: str
+    model: str | None = None  # None: --model
     threads: int | None = None
     in_flight: int = 1
     end_bias: float | None = END_BIAS
@@ -315,8 +318,13 @@ class Lever:
 
 def levers(args: argparse.Namespace) -> list[Lever]:
     cores = os.cpu_count() or 1
+    before = [
+        Lever(f"before: {args.before_model}, no end bias", model=args.before_model,
+              threads=args.threads, end_bias=None),
+    ] if args.before_model else []  # fmt: skip
     return [
-        Lever("before: no end bias, sequential", threads=args.threads, end_bias=None),
+        *before,
+        Lever("no end bias, sequential", threads=args.threads, end_bias=None),
         Lever(f"end bias +{END_BIAS:g}, sequential", threads=args.threads),
         Lever("end bias +100, sequential", threads=args.threads, end_bias=100.0),
         Lever(f"end bias, {cores} generation threads", threads=cores),
@@ -339,7 +347,7 @@ def bench_levers(args: argparse.Namespace, mix: Mix) -> list[PassResult]:
             # As the town serves: several slots (each keeps an agent's prefix), whatever the
             # number of requests in flight.
             server = LocalServer(
-                args.model,
+                lever.model or args.model,
                 parallel=max(lever.in_flight, args.parallel),
                 ctx_per_slot=args.ctx,
                 threads=lever.threads,
@@ -554,6 +562,10 @@ def main(argv: list[str] | None = None) -> int:
         help="compare the throughput levers (end bias, threads, requests in flight) instead",
     )
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of --levers")
+    parser.add_argument(
+        "--before-model",
+        help="with --levers: first measure this model without the end bias (e.g. smollm2-135m)",
+    )
     parser.add_argument("--json", help="write all figures to this JSON file")
     args = parser.parse_args(argv)
 
