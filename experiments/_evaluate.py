@@ -1,17 +1,19 @@
 """The judged experiments: correlation verification (Fig 3.4/3.5) and direct comparison (3.10).
 
-A cached candidate is first turned into an answer for the query by the category's own modifier
--- the very ``Read`` / ``Choose`` / ``Revise`` objects the live cache uses, with the town's
-choose parser and revision prompts -- and validated against the query's rules. A candidate the
-modifier cannot adapt (or whose revision fails validation, or beyond the profile's revise
-budget) is judged as it was cached and counted in ``modifier_failures``: the live cache would
-have called the LLM instead, so those candidates show the cache's raw material, not its output.
+A cached candidate is first turned into an answer for the query by the live cache's own hit
+step, :meth:`llmcache.SemanticCache.adapt`: the category's modifier (``read`` / ``choose`` /
+``revise``, with the town's choose parser and revision prompts), then validation against the
+query's rules. A candidate that step cannot adapt (no answer, or one that fails validation,
+or beyond the profile's revise budget) is judged as it was cached and counted in
+``modifier_failures``: the live cache would have called the LLM instead, so those candidates
+show the cache's raw material, not its output.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,14 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from agent_core.llm import category_policy, town_options
+from agent_core.llm import cache_config, town_options, town_request
 from llmcache import (
     CacheEntry,
     Candidate,
     Embedder,
     EmbedMode,
-    ModifyContext,
     Partition,
+    SemanticCache,
     Similarity,
     Usage,
 )
@@ -45,7 +47,13 @@ logger = logging.getLogger("experiments")
 
 @dataclass
 class Adapter:
-    """Applies a category's modifier to a cached candidate, within a budget of revise calls."""
+    """Makes a cached candidate the answer to a query the way the live cache does: through
+    :meth:`llmcache.SemanticCache.adapt`, on a cache configured with the town's category
+    policies, within a budget of revise calls.
+
+    The cache's tables stay empty (the experiments retrieve candidates themselves); it lends the
+    step its configuration, embedder and prices. Close it when done (it is a context manager).
+    """
 
     client: Any
     model: str
@@ -54,75 +62,78 @@ class Adapter:
     revise_calls: int = 0
     usage: Usage = field(default_factory=Usage)
     failures: Counter[str] = field(default_factory=Counter)
+    _dir: tempfile.TemporaryDirectory[str] = field(init=False, repr=False)
+    _cache: SemanticCache = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="adapt-")
+        self._cache = SemanticCache(self._dir.name, embedder=self.embedder, config=cache_config())
+
+    def close(self) -> None:
+        self._cache.close()
+        self._dir.cleanup()
+
+    def __enter__(self) -> Adapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def adapt(self, query: Prompt, cached: Prompt, similarity: float, mode: str) -> str:
         """The answer the cache would give ``query`` from ``cached`` (or the cached text)."""
         call = query.call()
         options = town_options(call)
-        # The modifier the live cache would use: the call's own (a revision bound to this
-        # query), else the category's policy (read, choose).
-        modifier = options.modifier or category_policy(call.template).modifier
-        if modifier is None or modifier.name == "read":
-            return cached.response
-        if modifier.name == "revise" and self.revise_calls >= self.revise_budget:
+        modifier = self._cache.config.resolve(options).modifier
+        if (
+            modifier is not None
+            and modifier.name == "revise"
+            and self.revise_calls >= self.revise_budget
+        ):
             self.failures[mode] += 1
             return cached.response
-        ctx = ModifyContext(
-            query_messages=query.messages,
-            options=options,
-            candidate=Candidate(
-                entry=CacheEntry(
-                    partition=Partition(
-                        category=cached.category, agent=cached.agent, params_hash=""
-                    ),
-                    embed_text=cached.description(mode),
-                    embed_mode=EmbedMode(mode),
-                    embedder_id=self.embedder.model_id,
-                    vector_b64="",
-                    keywords=tuple(cached.keywords),
-                    options=tuple(cached.options) if cached.options else None,
-                    messages=cached.messages,
-                    content=cached.response,
-                    completion={},
-                    usage=Usage(),
-                    metadata=cached.metadata,
-                ),
-                similarity=Similarity(cosine=2 * similarity - 1),
-            ),
-            embedder=self.embedder,
-            complete=self._complete_for(query),
-        )
         try:
-            text: str | None = modifier.apply(ctx)
+            adapted = self._cache.adapt(
+                Candidate(
+                    entry=_entry(cached, mode, self.embedder),
+                    similarity=Similarity.from_normalized(similarity),
+                ),
+                options,
+                messages=query.messages,
+                request=town_request(call, self.model),
+                call=self._send,
+            )
         except Exception as exc:  # a failed revision call is a modifier failure, not a crash
             logger.warning("%s: modifier failed: %s", query.category, exc)
-            text = None
-        if text is not None:
-            try:
-                call.parse(text)
-                return text
-            except ValueError:
-                pass
+            self.failures[mode] += 1
+            return cached.response
+        self.usage = self.usage + adapted.usage
+        if adapted.valid and adapted.content is not None:
+            return adapted.content
         self.failures[mode] += 1
         return cached.response
 
-    def _complete_for(self, query: Prompt) -> Callable[[list[dict[str, Any]]], str]:
-        call = query.call()
+    def _send(self, request: dict[str, Any]) -> Any:
+        self.revise_calls += 1
+        return self.client.chat.completions.create(**request)
 
-        def complete(messages: list[dict[str, Any]]) -> str:
-            self.revise_calls += 1
-            r = self.client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                response_format=call.response_format(),
-                max_tokens=call.max_tokens,
-            )
-            if r.usage is not None:
-                self.usage.prompt_tokens += r.usage.prompt_tokens
-                self.usage.completion_tokens += r.usage.completion_tokens
-            return str(r.choices[0].message.content or "")
 
-        return complete
+def _entry(cached: Prompt, mode: str, embedder: Embedder) -> CacheEntry:
+    """A recorded prompt as the cache entry it would have been (without its vector and the
+    server's envelope: the modifiers read the answer's text, its options and its prompt)."""
+    return CacheEntry(
+        partition=Partition(category=cached.category, agent=cached.agent, params_hash=""),
+        embed_text=cached.description(mode),
+        embed_mode=EmbedMode(mode),
+        embedder_id=embedder.model_id,
+        vector_b64="",
+        keywords=tuple(cached.keywords),
+        options=tuple(cached.options) if cached.options else None,
+        messages=cached.messages,
+        content=cached.response,
+        completion={},
+        usage=Usage(),
+        metadata=cached.metadata,
+    )
 
 
 def _judge_all(

@@ -207,34 +207,36 @@ class Study:
     def _correlation(self) -> CorrelationResult:
         bar, tick = self._judge_progress("correlation: judging")
         try:
-            return correlation(
-                self.run(1),
-                self.run(2),
-                self.store,
-                self._adapter(),
-                self._judges(),
-                per_group=self.profile.correlation_queries,
-                llm_judge_queries=self.profile.llm_judge_queries,
-                seed=self.profile.seed,
-                progress=tick,
-            )
+            with self._adapter() as adapter:
+                return correlation(
+                    self.run(1),
+                    self.run(2),
+                    self.store,
+                    adapter,
+                    self._judges(),
+                    per_group=self.profile.correlation_queries,
+                    llm_judge_queries=self.profile.llm_judge_queries,
+                    seed=self.profile.seed,
+                    progress=tick,
+                )
         finally:
             bar.close()
 
     def _compare(self) -> CompareResult:
         bar, tick = self._judge_progress("compare: judging")
         try:
-            return compare(
-                self.run(self.profile.runs),
-                self.run(1),
-                self.store,
-                self._adapter(),
-                self._judges(),
-                per_group=self.profile.compare_queries,
-                llm_judge_queries=self.profile.llm_judge_queries,
-                seed=self.profile.seed,
-                progress=tick,
-            )
+            with self._adapter() as adapter:
+                return compare(
+                    self.run(self.profile.runs),
+                    self.run(1),
+                    self.store,
+                    adapter,
+                    self._judges(),
+                    per_group=self.profile.compare_queries,
+                    llm_judge_queries=self.profile.llm_judge_queries,
+                    seed=self.profile.seed,
+                    progress=tick,
+                )
         finally:
             bar.close()
 

@@ -45,6 +45,7 @@ from ._recorder import RecordedCall, Recorder, read_records
 from ._template import FilledPrompt, PromptTemplate
 from ._transfer import transfer
 from ._types import (
+    Adapted,
     CacheEntry,
     CacheOptions,
     CallInfo,
@@ -59,6 +60,7 @@ from ._types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Adapted",
     "AsyncCachedLLM",
     "BoundedBackend",
     "CacheBackend",

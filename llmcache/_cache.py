@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from ._config import CacheConfig, Limits
 from ._errors import ConfigurationError, CorruptEntryError, StoreError
 from ._ledger import CacheStats, Ledger, PriceTable
 from ._protocols import BoundedBackend, CacheBackend, Embedder
-from ._types import CacheEntry, Candidate, Partition, Similarity
+from ._types import Adapted, CacheEntry, CacheOptions, Candidate, Partition, Similarity, Usage
 
 __all__ = ["DEFAULT_CACHE_DIR_ENV", "SemanticCache", "open_backend"]
 
@@ -289,6 +289,45 @@ class SemanticCache:
             out.append(Candidate(entry=entry, similarity=Similarity(cosine=cosine)))
         out.sort(key=lambda c: -c.similarity.cosine)  # stable: ties keep the index's order
         return out, corrupt
+
+    def adapt(
+        self,
+        candidate: Candidate,
+        options: CacheOptions,
+        *,
+        messages: Sequence[Mapping[str, Any]],
+        request: Mapping[str, Any] | None = None,
+        call: Callable[[dict[str, Any]], Any] | None = None,
+        on_invalid: Callable[[int, str, str | None, Usage, str], None] | None = None,
+        _shape: Any = None,
+    ) -> Adapted:
+        """What ``candidate`` becomes as the answer to a query: the step every hit is made by.
+
+        The query's modifier (``options.modifier``, else its category's, else ``read``) turns
+        the cached answer into an answer for the query's ``messages`` and ``options``; that
+        answer is then checked against the query's validator. A ``revise`` modifier asks the
+        LLM through ``call`` (a request's keyword arguments in, a ``ChatCompletion`` out), with
+        ``request`` -- the query's keyword arguments, as given to ``create`` -- plus its
+        constraints and the revision prompt as the messages; an invalid revision is resubmitted
+        a few times, and each invalid answer is passed to ``on_invalid(attempt, model,
+        content, usage, reason)``. What that spent, and what it cost at this cache's prices, is
+        in the result. Nothing is stored, looked up or counted in the ledger: the cached call
+        does that around this step.
+        """
+        from ._core import CHAT, adapt_candidate  # the call core is built on this module
+
+        return adapt_candidate(
+            self,
+            candidate,
+            options,
+            messages=[dict(m) for m in messages],
+            request=request or {},
+            call=call,
+            # `_shape`: the endpoint a cached call serves (chat.completions unless the client
+            # says otherwise), which knows how its requests and responses are laid out.
+            shape=_shape if _shape is not None else CHAT,
+            on_invalid=on_invalid,
+        )
 
     @contextlib.contextmanager
     def single_flight(self, key: tuple[str, str]) -> Iterator[bool]:

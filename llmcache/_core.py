@@ -38,10 +38,28 @@ from ._modifiers import Read, modifier_name
 from ._protocols import ModifyContext
 from ._recorder import RecordedCall, Recorder
 from ._tokens import count_message_tokens, count_tokens
-from ._types import CacheEntry, CacheOptions, CallInfo, Candidate, Mode, Partition, Usage
+from ._types import (
+    Adapted,
+    CacheEntry,
+    CacheOptions,
+    CallInfo,
+    Candidate,
+    Mode,
+    Partition,
+    Usage,
+)
 from ._validation import CheckFn, as_validator, check
 
-__all__ = ["CHAT", "CallFn", "Shape", "StreamedCall", "run_cached_call", "start_streamed_call"]
+__all__ = [
+    "CHAT",
+    "CallFn",
+    "InvalidFn",
+    "Shape",
+    "StreamedCall",
+    "adapt_candidate",
+    "run_cached_call",
+    "start_streamed_call",
+]
 
 logger = logging.getLogger("llmcache")
 
@@ -299,6 +317,88 @@ class Shape:
 CHAT = Shape()
 
 
+def adapt_candidate(
+    cache: SemanticCache,
+    candidate: Candidate,
+    options: CacheOptions,
+    *,
+    messages: list[dict[str, Any]],
+    request: Mapping[str, Any],
+    call: CallFn | None,
+    on_invalid: InvalidFn | None = None,
+    shape: Shape = CHAT,
+) -> Adapted:
+    """The hit step, for :meth:`SemanticCache.adapt` (see there): modifier, then validation.
+
+    Kept here, beside the miss path, because a revision is sent like a miss is (validated,
+    resubmitted while invalid) and must be accounted like one.
+    """
+    policy = cache.config.resolve(options)
+    modifier = policy.modifier if policy.modifier is not None else Read()
+    name = modifier_name(modifier)
+    if shape.is_tool_call_entry(candidate.entry):
+        # Only ``read`` serves a stored tool-call answer: the other modifiers rewrite text,
+        # and a tool call has none to rewrite. It is served as it was stored.
+        if name != "read":
+            return Adapted(
+                modifier=name,
+                content=None,
+                valid=False,
+                error=f"a cached tool-call answer is not served through the {name!r} modifier",
+            )
+        return Adapted(modifier=name, content=None, valid=True)
+    validate = shape.validator(as_validator(policy.validator))
+    # A revision goes out with the query's model and parameters, its constraints included.
+    sent = {**request, **options.constraints}
+    spent = Usage()
+    cost = 0.0
+
+    def complete(prompt: list[dict[str, Any]]) -> str:
+        nonlocal spent, cost
+        if call is None:
+            raise ConfigurationError(
+                f"the {name!r} modifier asks the LLM: pass call= to SemanticCache.adapt"
+            )
+        result = _send_validated(
+            cache,
+            shape.revision_request(sent, prompt),
+            validate,
+            call,
+            max_attempts=_REVISE_ATTEMPTS,
+            escalate=False,
+            on_invalid=on_invalid or _ignore_invalid,
+            shape=shape,
+        )
+        spent = spent + result.usage
+        cost += result.cost
+        return result.content
+
+    ctx = ModifyContext(
+        query_messages=messages,
+        options=options,
+        candidate=candidate,
+        embedder=cache.embedder,
+        complete=complete,
+    )
+    try:
+        content = modifier.apply(ctx)
+    except InvalidResponseError as exc:
+        logger.info("revision failed validation; treating as a miss: %s", exc)
+        content = None
+        if isinstance(exc.usage, Usage):
+            spent = spent + exc.usage
+            cost += exc.cost_usd
+    reason = check(validate, content)
+    return Adapted(
+        modifier=name,
+        content=content,
+        valid=reason is None,
+        error=reason,
+        usage=spent,
+        cost_usd=cost,
+    )
+
+
 class _Call:
     """The state of one cached call (kept in one object so the steps stay short)."""
 
@@ -457,60 +557,31 @@ class _Call:
             self.info.embed_usd = self.cache.prices.cost(name, Usage(prompt_tokens=tokens))
 
     def _serve(self, candidate: Candidate) -> Any:
-        modifier = self.policy.modifier if self.policy.modifier is not None else Read()
-        if self.shape.is_tool_call_entry(candidate.entry):
-            return self._serve_tool_calls(candidate, modifier)
-        spent = Usage()
-        cost = 0.0
-
-        def complete(messages: list[dict[str, Any]]) -> str:
-            nonlocal spent, cost
-            request = self.shape.revision_request(self.request, messages)
-            result = _send_validated(
-                self.cache,
-                request,
-                self.validate,
-                self.call,
-                max_attempts=_REVISE_ATTEMPTS,
-                escalate=False,
-                on_invalid=self._record_invalid,
-                shape=self.shape,
-            )
-            spent = spent + result.usage
-            cost += result.cost
-            return result.content
-
-        ctx = ModifyContext(
-            query_messages=self.messages,
-            options=self.options,
-            candidate=candidate,
-            embedder=self.cache.embedder,
-            complete=complete,
+        adapted = self.cache.adapt(
+            candidate,
+            self.options,
+            messages=self.messages,
+            request=self.kwargs,
+            call=self.call,
+            on_invalid=self._record_invalid,
+            _shape=self.shape,
         )
-        name = modifier_name(modifier)
-        try:
-            content = modifier.apply(ctx)
-        except InvalidResponseError as exc:
-            logger.info("revision failed validation; treating as a miss: %s", exc)
-            content = None
-            if isinstance(exc.usage, Usage):
-                spent = spent + exc.usage
-                cost += exc.cost_usd
-        reason = check(self.validate, content)
         # Whatever the modifier spent is spent, hit or not.
-        self.info.usage = self.info.usage + spent
-        self.info.cost_usd += cost
-        if spent.total_tokens:
-            self.info.revise_tokens = spent.total_tokens
-            self.info.revise_usd = cost
-        if reason is not None:
+        self.info.usage = self.info.usage + adapted.usage
+        self.info.cost_usd += adapted.cost_usd
+        if adapted.usage.total_tokens:
+            self.info.revise_tokens = adapted.usage.total_tokens
+            self.info.revise_usd = adapted.cost_usd
+        if not adapted.valid:
             logger.info(
-                "cached answer unusable for %s (%s): %s", self.options.category, name, reason
+                "cached answer unusable for %s (%s): %s",
+                self.options.category,
+                adapted.modifier,
+                adapted.error,
             )
             return None
-        assert content is not None
-        self._mark_hit(candidate.entry, name)
-        return self.shape.rebuild(candidate.entry, content, spent)
+        self._mark_hit(candidate.entry, adapted.modifier)
+        return self.shape.rebuild(candidate.entry, adapted.content, adapted.usage)
 
     def _mark_hit(self, entry: CacheEntry, modifier: str) -> None:
         self.info.outcome = "hit"
@@ -526,16 +597,6 @@ class _Call:
         self.info.tokens_avoided = avoided.total_tokens
         self.info.avoided_usd = self.cache.prices.cost(self.model, avoided)
         self.info.attempts = 0
-
-    def _serve_tool_calls(self, candidate: Candidate, modifier: Any) -> Any:
-        """A stored tool-call answer, served as it was given; only ``read`` may serve one,
-        because the other modifiers rewrite text and a tool call has none to rewrite."""
-        name = modifier_name(modifier)
-        if name != "read":
-            logger.info("not serving a cached tool-call answer through the %r modifier", name)
-            return None
-        self._mark_hit(candidate.entry, name)
-        return self.shape.rebuild(candidate.entry, None, Usage())
 
     def _miss(
         self,

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "Adapted",
     "CacheEntry",
     "CacheOptions",
     "CallInfo",
@@ -319,6 +320,27 @@ class Candidate(BaseModel):
 
     entry: CacheEntry
     similarity: Similarity
+
+
+class Adapted(BaseModel):
+    """What one cached candidate becomes for one query: the answer of
+    :meth:`~llmcache.SemanticCache.adapt`, the step a hit is made by.
+
+    ``content`` is the modifier's answer, valid or not (``None`` when the modifier gave none,
+    and for a stored answer made of tool calls, which is served as it was stored). ``valid``
+    says whether the candidate answers the query (the answer passed the query's validator),
+    ``error`` why not. ``usage`` and ``cost_usd`` are what the modifier spent asking the LLM
+    (``revise``, every attempt): spent whether or not the answer is valid.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    modifier: str
+    content: str | None
+    valid: bool
+    error: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
 
 
 Outcome = Literal["hit", "miss", "collect", "bypass"]
