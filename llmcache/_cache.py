@@ -299,7 +299,6 @@ class SemanticCache:
         request: Mapping[str, Any] | None = None,
         call: Callable[[dict[str, Any]], Any] | None = None,
         on_invalid: Callable[[int, str, str | None, Usage, str], None] | None = None,
-        _shape: Any = None,
     ) -> Adapted:
         """What ``candidate`` becomes as the answer to a query: the step every hit is made by.
 
@@ -323,9 +322,9 @@ class SemanticCache:
             messages=[dict(m) for m in messages],
             request=request or {},
             call=call,
-            # `_shape`: the endpoint a cached call serves (chat.completions unless the client
-            # says otherwise), which knows how its requests and responses are laid out.
-            shape=_shape if _shape is not None else CHAT,
+            # A chat completion's layout; the cached client's other endpoints (parse, Responses)
+            # run the same function with their own Shape.
+            shape=CHAT,
             on_invalid=on_invalid,
         )
 

@@ -557,14 +557,16 @@ class _Call:
             self.info.embed_usd = self.cache.prices.cost(name, Usage(prompt_tokens=tokens))
 
     def _serve(self, candidate: Candidate) -> Any:
-        adapted = self.cache.adapt(
+        # The same step SemanticCache.adapt runs, with this call's endpoint (its Shape).
+        adapted = adapt_candidate(
+            self.cache,
             candidate,
             self.options,
-            messages=self.messages,
+            messages=[dict(m) for m in self.messages],
             request=self.kwargs,
             call=self.call,
             on_invalid=self._record_invalid,
-            _shape=self.shape,
+            shape=self.shape,
         )
         # Whatever the modifier spent is spent, hit or not.
         self.info.usage = self.info.usage + adapted.usage
