@@ -26,7 +26,7 @@ from typing import Any
 from llmcache import ConfigurationError, Embedder, EmbedMode, Mode
 
 from .config import SimConfig
-from .llm import open_town_llm
+from .llm import DEFAULT_CONCURRENCY, open_town_llm
 from .persona import load_agents
 from .sim import RunSummary, Simulation
 from .templates import TEMPLATES
@@ -128,6 +128,7 @@ def _run(args: argparse.Namespace) -> int:
             embed=EmbedMode(args.embed),
             params=params,
             query_schemas=not args.template_schemas,
+            concurrency=args.concurrency or (1 if args.llm == "scripted" else DEFAULT_CONCURRENCY),
         )
         stack.callback(llm.close)
         sim = Simulation(
@@ -179,6 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--temperature", type=float)
     run.add_argument("--max-tokens", type=int, help="answer length cap sent with every request")
     run.add_argument("--max-attempts", type=int, default=20)
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        help="prompts asked together in flight where the town allows it (importance ratings of "
+        f"one perception); default {DEFAULT_CONCURRENCY}, 1 for the scripted double (its "
+        "seeded faults need order)",
+    )
     run.add_argument(
         "--template-schemas",
         action="store_true",

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .call import TownCall, town_call
 from .clock import MINUTES_PER_DAY, Clock, hhmm
 from .config import SimConfig
 from .memory import EmbeddingMemo, MemoryKind, MemoryStream
@@ -178,15 +179,15 @@ class Agent:
             f"Currently: {self.summary}"
         )
 
-    def _ask(
+    def _call(
         self,
         t: Template[Any],
         now: int,
         slots: dict[str, SlotValue],
         requirements: Requirements | None = None,
         context: dict[str, str] | None = None,
-    ) -> Any:
-        return self.llm.ask(
+    ) -> TownCall:
+        return town_call(
             t,
             agent=self.name,
             summary_block=self.summary_block(now),
@@ -202,11 +203,28 @@ class Agent:
             },
         )
 
+    def _ask(
+        self,
+        t: Template[Any],
+        now: int,
+        slots: dict[str, SlotValue],
+        requirements: Requirements | None = None,
+        context: dict[str, str] | None = None,
+    ) -> Any:
+        return self.llm.send(self._call(t, now, slots, requirements, context))
+
     # -- memory ---------------------------------------------------------------------------------
 
     def importance(self, description: str, now: int) -> int:
-        answer = self._ask(IMPORTANCE, now, {"memory": description})
-        return int(answer.score) if answer is not None else DEFAULT_IMPORTANCE
+        return self.importances([description], now)[0]
+
+    def importances(self, descriptions: Sequence[str], now: int) -> list[int]:
+        """Rate several memories at once: the ratings are independent of each other, so they
+        are asked together (:meth:`TownLLM.send_many`)."""
+        answers = self.llm.send_many(
+            [self._call(IMPORTANCE, now, {"memory": d}) for d in descriptions]
+        )
+        return [int(a.score) if a is not None else DEFAULT_IMPORTANCE for a in answers]
 
     def remember(
         self,
@@ -218,18 +236,38 @@ class Agent:
         evidence: Sequence[int] = (),
         counts_for_reflection: bool = True,
     ) -> int:
-        score = self.importance(description, now)
-        self.memory.add(kind, description, now, score, subject=subject, evidence=evidence)
-        if counts_for_reflection:
-            self.importance_since_reflection += score
-        return score
+        return self.remember_many(
+            kind,
+            [(description, subject, evidence)],
+            now,
+            counts_for_reflection=counts_for_reflection,
+        )[0]
+
+    def remember_many(
+        self,
+        kind: MemoryKind,
+        memories: Sequence[tuple[str, str, Sequence[int]]],
+        now: int,
+        *,
+        counts_for_reflection: bool = True,
+    ) -> list[int]:
+        """Add ``(description, subject, evidence)`` memories in order, rated together."""
+        descriptions = [d for d, _, _ in memories]
+        scores = self.importances(descriptions, now)
+        self.memory.embed.warm(descriptions)
+        for (description, subject, evidence), score in zip(memories, scores, strict=True):
+            self.memory.add(kind, description, now, score, subject=subject, evidence=evidence)
+            if counts_for_reflection:
+                self.importance_since_reflection += score
+        return scores
 
     def bootstrap(self, now: int) -> None:
         """Seed memories: each sentence of the seed memory becomes a scored thought."""
         self.bootstrapped = True
-        for sentence in _SENTENCE.split(self.seed.seed_memory.strip()):
-            if sentence:
-                self.remember("thought", sentence, now, counts_for_reflection=False)
+        sentences = [s for s in _SENTENCE.split(self.seed.seed_memory.strip()) if s]
+        self.remember_many(
+            "thought", [(s, "", ()) for s in sentences], now, counts_for_reflection=False
+        )
 
     def summarize(self, now: int) -> None:
         query = f"{self.name}'s core characteristics, daily occupation and recent progress"
@@ -260,15 +298,11 @@ class Agent:
             )
             if answer is None:
                 continue
-            for insight in answer.insights:
-                evidence = [nodes[e - 1].id for e in insight.evidence if 1 <= e <= len(nodes)]
-                self.remember(
-                    "reflection",
-                    insight.insight,
-                    now,
-                    evidence=evidence,
-                    counts_for_reflection=False,
-                )
+            insights = [
+                (i.insight, "", [nodes[e - 1].id for e in i.evidence if 1 <= e <= len(nodes)])
+                for i in answer.insights
+            ]
+            self.remember_many("reflection", insights, now, counts_for_reflection=False)
 
     # -- the day --------------------------------------------------------------------------------
 
@@ -507,16 +541,21 @@ class Agent:
                 continue
             fresh.append((priority, key, status, subject, kind))
         fresh.sort(key=lambda e: e[0])  # stable: agents, then busy items, then idle ones
-        events = []
+        noticed = []  # key, kind, subject, text
         for _, key, status, subject, kind in fresh[: self.config.attention_bandwidth]:
             self.last_seen[key] = (status, now)
             if kind == "agent":
                 text = f"{subject} is {status}"
             else:
                 text = f"{self.world.actor(subject).label} in {structure} is {status}"
-            score = self.remember("observation", text, now, subject=subject)
-            events.append(Event(key, "agent" if kind == "agent" else "item", subject, text, score))
-        return events
+            noticed.append((key, kind, subject, text))
+        scores = self.remember_many(
+            "observation", [(text, subject, ()) for _, _, subject, text in noticed], now
+        )
+        return [
+            Event(key, "agent" if kind == "agent" else "item", subject, text, score)
+            for (key, kind, subject, text), score in zip(noticed, scores, strict=True)
+        ]
 
     def react(self, now: int, events: list[Event], town: Town) -> None:
         if self.current is None or self.current.kind in ("sleep", "reaction"):

@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .revise import RevisionRequest, build_revision
 from .schemas import MAX_ANSWER_TOKENS, worst_case_tokens
-from .templates import Requirements, Template, template
+from .templates import Requirements, SlotValue, Template, template
 
-__all__ = ["CALL_KEY", "TownCall"]
+__all__ = ["CALL_KEY", "TownCall", "town_call"]
 
 #: The metadata key under which a recorded line keeps its call.
 CALL_KEY = "call"
@@ -126,3 +126,27 @@ class TownCall(BaseModel):
         for derived in ("group", "requirements"):
             metadata.pop(derived, None)
         return cls.model_validate({**call, "metadata": metadata})
+
+
+def town_call(
+    t: Template[Any],
+    *,
+    agent: str,
+    summary_block: str,
+    slots: Mapping[str, SlotValue],
+    requirements: Requirements | None = None,
+    context: Mapping[str, str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    time: str | None = None,
+) -> TownCall:
+    """The typed call of one templated prompt."""
+    return TownCall(
+        category=t.category,
+        agent=agent,
+        summary_block=summary_block,
+        time=time,
+        slots={k: v if isinstance(v, str) else list(v) for k, v in slots.items()},
+        requirements=requirements or Requirements(),
+        context=dict(context or {}),
+        metadata=dict(metadata or {}),
+    )

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -40,10 +42,11 @@ from llmcache import (
     SemanticCache,
 )
 
-from .call import TownCall
+from .call import TownCall, town_call
 from .templates import TEMPLATES, Requirements, SlotValue, Template, choose_extract, choose_render
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
     "LLMStats",
     "TownLLM",
     "cache_config",
@@ -54,6 +57,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger("agent_core")
+
+#: Prompts in flight at once where the town asks several together, against a real server (a
+#: server with fewer slots queues the rest). The town's importance ratings come in groups of up
+#: to ``SimConfig.attention_bandwidth`` per perception and a few more per reflection.
+DEFAULT_CONCURRENCY = 4
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -177,6 +185,13 @@ class TownLLM:
     ``params`` are extra request parameters sent with every call (``temperature``,
     ``max_tokens`` …); they are part of every cache table's key, so keep them fixed across runs
     whose caches should be shared.
+
+    ``concurrency`` is how many calls of one :meth:`send_many` are in flight at once. The town
+    asks independent prompts together where its order allows (the importance ratings of what
+    one agent perceives in one step), and a server with several slots answers them faster
+    together than one by one. Answers come back in the order asked, so the simulation's state
+    does not depend on it; only which request reaches the model first does, which matters for
+    a deterministic double (its seeded faults), so keep 1 there.
     """
 
     def __init__(
@@ -189,7 +204,10 @@ class TownLLM:
         retry_backoff: float = 0.5,
         owned: tempfile.TemporaryDirectory[str] | None = None,
         query_schemas: bool = True,
+        concurrency: int = 1,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
         self.llm = llm
         self.model = model
         self.params = dict(params or {})
@@ -199,7 +217,10 @@ class TownLLM:
         self.transient_retries = transient_retries
         self.retry_backoff = retry_backoff
         self.stats = LLMStats()
+        self.concurrency = concurrency
         self._owned = owned
+        self._stats_lock = threading.Lock()  # Counter updates are not atomic across threads
+        self._pool: ThreadPoolExecutor | None = None
 
     def ask(
         self,
@@ -214,32 +235,44 @@ class TownLLM:
         time: str | None = None,
     ) -> R | None:
         """The validated answer to one prompt, or ``None`` if no valid answer could be had."""
-        call = TownCall(
-            category=t.category,
+        call = town_call(
+            t,
             agent=agent,
             summary_block=summary_block,
+            slots=slots,
+            requirements=requirements,
+            context=context,
+            metadata=metadata,
             time=time,
-            slots={k: v if isinstance(v, str) else list(v) for k, v in slots.items()},
-            requirements=requirements or Requirements(),
-            context=dict(context or {}),
-            metadata=dict(metadata or {}),
         )
         answer: R | None = self.send(call)
         return answer
 
+    def send_many(self, calls: Sequence[TownCall]) -> list[Any]:
+        """The answers to independent calls, in their order; up to ``concurrency`` in flight."""
+        if self.concurrency == 1 or len(calls) < 2:
+            return [self.send(c) for c in calls]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="town-llm")
+        return list(self._pool.map(self.send, calls))
+
+    def _count(self, counter: str, category: str, n: int = 1) -> None:
+        with self._stats_lock:
+            getattr(self.stats, counter)[category] += n
+
     def send(self, call: TownCall) -> Any:
         """The validated answer to one typed call, or ``None`` if no valid answer could be had."""
         category = call.category
-        self.stats.calls[category] += 1
+        self._count("calls", category)
         content = self._send(call)
         if content is None:
-            self.stats.failed[category] += 1
+            self._count("failed", category)
             return None
         try:
             return call.parse(content)
         except ValueError:  # cannot happen for a validated answer; never trust it blindly
             logger.warning("%s: validated answer failed to parse", category, exc_info=True)
-            self.stats.failed[category] += 1
+            self._count("failed", category)
             return None
 
     def _send(self, call: TownCall) -> str | None:
@@ -263,9 +296,9 @@ class TownLLM:
                     exc.attempts,
                     exc.last_error[:200],
                 )
-                self.stats.attempts[category] += exc.attempts
-                self.stats.resubmissions[category] += max(0, exc.attempts - 1)
-                self.stats.resubmitted[category] += 1
+                self._count("attempts", category, exc.attempts)
+                self._count("resubmissions", category, max(0, exc.attempts - 1))
+                self._count("resubmitted", category)
                 return None
             except _TRANSIENT as exc:
                 if attempt == self.transient_retries:
@@ -276,21 +309,24 @@ class TownLLM:
             except (openai.APIError, LLMCacheError) as exc:
                 logger.warning("%s: call failed: %s", category, exc)
                 return None
-            self.stats.outcomes[f"{category}|{info.outcome}"] += 1
-            self.stats.attempts[category] += info.attempts
-            self.stats.resubmissions[category] += max(0, info.attempts - 1)
+            self._count("outcomes", f"{category}|{info.outcome}")
+            self._count("attempts", category, info.attempts)
+            self._count("resubmissions", category, max(0, info.attempts - 1))
             if info.attempts == 1:
-                self.stats.first_try[category] += 1
+                self._count("first_try", category)
             elif info.attempts > 1:
-                self.stats.resubmitted[category] += 1
+                self._count("resubmitted", category)
             if info.escalated:
-                self.stats.escalated[category] += 1
+                self._count("escalated", category)
             if not completion.choices:
                 return None
             return completion.choices[0].message.content
         return None
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self.llm.close()
         if self._owned is not None:
             self._owned.cleanup()
@@ -313,6 +349,7 @@ def open_town_llm(
     transient_retries: int = 3,
     retry_backoff: float = 0.5,
     query_schemas: bool = True,
+    concurrency: int = 1,
 ) -> TownLLM:
     """A :class:`TownLLM` over any OpenAI-compatible ``client``.
 
@@ -322,6 +359,8 @@ def open_town_llm(
     connection, timeout, rate-limit or server error is retried (with backoff) before the call
     counts as failed; the first wait is ``retry_backoff`` seconds, doubling each time.
     ``query_schemas``: send each query's own JSON schema (see :func:`town_options`).
+    ``concurrency``: calls in flight at once where the town asks several together (see
+    :class:`TownLLM`).
     """
     owned: tempfile.TemporaryDirectory[str] | None = None
     if cache_dir is None:
@@ -352,4 +391,5 @@ def open_town_llm(
         retry_backoff=retry_backoff,
         owned=owned,
         query_schemas=query_schemas,
+        concurrency=concurrency,
     )

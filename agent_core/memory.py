@@ -55,6 +55,14 @@ class EmbeddingMemo:
             self._vectors[text] = vector
         return vector
 
+    def warm(self, texts: Sequence[str]) -> None:
+        """Embed the texts not seen yet in one call (what several new memories of one moment
+        need; one batch costs the model little more than one text)."""
+        todo = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if todo:
+            for text, vector in zip(todo, self.embedder.embed(todo), strict=True):
+                self._vectors[text] = np.asarray(vector, dtype=np.float32)
+
     def __len__(self) -> int:
         return len(self._vectors)
 

@@ -129,8 +129,11 @@ class Simulation:
                 )
             )
 
-    def run(self, days: float, *, progress: bool = False) -> RunSummary:
-        """Simulate ``days`` more days; ``progress`` shows a tqdm bar of simulated hours."""
+    def run(
+        self, days: float, *, progress: bool = False, desc: str = "simulating", position: int = 0
+    ) -> RunSummary:
+        """Simulate ``days`` more days; ``progress`` shows a tqdm bar of simulated steps
+        (``desc`` labels it, ``position`` is its line when several runs show bars at once)."""
         steps = round(days * MINUTES_PER_DAY / self.config.minutes_per_step)
         started = time.perf_counter()
         bar: Any = None
@@ -140,7 +143,9 @@ class Simulation:
             except ImportError:  # the bar is an extra ([town] or [experiments]), not a need
                 logger.info("no progress bar: pip install 'llmcache[town]' for one")
             else:
-                bar = tqdm(total=steps, unit="step", desc="simulating", dynamic_ncols=True)
+                bar = tqdm(
+                    total=steps, unit="step", desc=desc, position=position, dynamic_ncols=True
+                )
         try:
             for _ in range(steps):
                 self.step()

@@ -3,7 +3,7 @@
 ``python -m experiments reproduce --profile quick`` runs everything; see ``__main__``.
 """
 
-from ._profiles import FULL, PROFILES, QUICK, Profile, get_profile
+from ._profiles import FULL, PROFILES, QUICK, STANDARD, Profile, get_profile
 from ._results import (
     CollectResult,
     CompareResult,
@@ -19,6 +19,7 @@ __all__ = [
     "FULL",
     "PROFILES",
     "QUICK",
+    "STANDARD",
     "CollectResult",
     "CompareResult",
     "CorrelationResult",

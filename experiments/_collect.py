@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -57,32 +58,54 @@ def collect(
     progress: bool = True,
 ) -> CollectResult:
     """Simulate ``profile.runs`` runs (seeds 1..R) unless already recorded; describe them."""
-    infos: list[RunInfo] = []
+    todo: list[int] = []
+    summaries: dict[int, RunSummary] = {}
     for run in range(1, profile.runs + 1):
+        cached = _cached_summary(run_paths(out, run)[1], _settings(profile, run, llm_report))
+        if cached is None:
+            todo.append(run)
+        else:
+            summaries[run] = cached
+
+    def simulate(run: int, position: int) -> RunSummary:
         dataset, summary_path = run_paths(out, run)
-        settings = _settings(profile, run, llm_report)
-        summary = _cached_summary(summary_path, settings)
-        if summary is None:
-            dataset.parent.mkdir(parents=True, exist_ok=True)
-            dataset.unlink(missing_ok=True)
-            logger.info("collect: simulating run %d of %d", run, profile.runs)
-            llm = open_town_llm(
-                client,
-                model=model,
-                mode=Mode.OFF,
-                record_to=dataset,
-                max_attempts=profile.max_attempts,
-                superior_model=superior_model if profile.escalate else None,
-            )
-            try:
-                seeds = load_agents(names=profile.agents) if profile.agents else None
-                sim = Simulation(llm, embedder=embedder, seeds=seeds, seed=run)
-                summary = sim.run(profile.days, progress=progress)
-            finally:
-                llm.close()
-            payload = {"settings": settings, "summary": summary.model_dump(mode="json")}
-            summary_path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-        infos.append(_describe(run, dataset, summary, llm_report))
+        dataset.parent.mkdir(parents=True, exist_ok=True)
+        dataset.unlink(missing_ok=True)
+        logger.info("collect: simulating run %d of %d", run, profile.runs)
+        llm = open_town_llm(
+            client,
+            model=model,
+            mode=Mode.OFF,
+            record_to=dataset,
+            max_attempts=profile.max_attempts,
+            superior_model=superior_model if profile.escalate else None,
+            concurrency=profile.concurrency,
+        )
+        try:
+            seeds = load_agents(names=profile.agents) if profile.agents else None
+            sim = Simulation(llm, embedder=embedder, seeds=seeds, seed=run)
+            summary = sim.run(profile.days, progress=progress, desc=f"run {run}", position=position)
+        finally:
+            llm.close()
+        payload = {
+            "settings": _settings(profile, run, llm_report),
+            "summary": summary.model_dump(mode="json"),
+        }
+        summary_path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        return summary
+
+    if profile.parallel_runs > 1 and len(todo) > 1:
+        # Runs are independent towns; against one server they keep its slots busy together.
+        # Each run's own prompts stay in its order, so a run's data does not depend on this.
+        with ThreadPoolExecutor(min(profile.parallel_runs, len(todo))) as pool:
+            futures = {run: pool.submit(simulate, run, i) for i, run in enumerate(todo)}
+            summaries.update({run: f.result() for run, f in futures.items()})
+    else:
+        summaries.update({run: simulate(run, 0) for run in todo})
+    infos = [
+        _describe(run, run_paths(out, run)[0], summaries[run], llm_report)
+        for run in range(1, profile.runs + 1)
+    ]
     return CollectResult(profile=profile.name, runs=infos)
 
 

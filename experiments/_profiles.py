@@ -1,10 +1,13 @@
-"""How big a reproduction is: the quick profile CI runs, and the study-sized full profile."""
+"""How big a reproduction is: the quick profile CI runs, the standard one whose report is in
+docs/results/standard/, and the study-sized full profile."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-__all__ = ["FULL", "PROFILES", "QUICK", "Profile", "get_profile"]
+from agent_core.llm import DEFAULT_CONCURRENCY
+
+__all__ = ["FULL", "PROFILES", "QUICK", "STANDARD", "Profile", "get_profile"]
 
 
 class Profile(BaseModel):
@@ -18,6 +21,15 @@ class Profile(BaseModel):
     )
     max_attempts: int = Field(default=20, ge=1, description="attempts before escalation")
     escalate: bool = Field(default=True, description="use the superior model after that")
+    concurrency: int = Field(
+        default=1,
+        ge=1,
+        description="prompts of one run in flight where the town asks several together "
+        "(1: strictly one after another, as the seeded faults of a scripted double need)",
+    )
+    parallel_runs: int = Field(
+        default=1, ge=1, description="runs simulated at the same time against one server"
+    )
     # Experiment sizes (per group; "all" when fewer prompts exist).
     similarity_queries: int = 100
     correlation_queries: int = 100
@@ -55,7 +67,30 @@ QUICK = Profile(
     # Qwen-1.5B needs ~30 s per ranking here; SmolLM2 ranks in a few seconds (near randomly:
     # the reliability figures in the report say how near).
     judge_tier="default",
+    concurrency=DEFAULT_CONCURRENCY,
     expected_minutes="about 20 minutes on 2 cores (measured in the closing note of issue 10)",
+)
+
+STANDARD = Profile(
+    name="standard",
+    runs=3,
+    # Six in the morning to six in the evening of the next day: two days' plans, reflections,
+    # conversations and plan revisions of all eight agents -- every one of the 14 categories.
+    days=1.5,
+    agents=None,
+    max_attempts=3,
+    escalate=True,
+    similarity_queries=100,
+    correlation_queries=30,
+    compare_queries=60,
+    saturation_queries=None,
+    thresholds=10,
+    llm_judge_queries=60,
+    revise_budget=60,
+    judge_tier="default",
+    concurrency=DEFAULT_CONCURRENCY,
+    parallel_runs=3,
+    expected_minutes="docs/results/standard/ gives the measured wall time of its one run",
 )
 
 FULL = Profile(
@@ -65,13 +100,14 @@ FULL = Profile(
     agents=None,
     max_attempts=20,
     escalate=True,
+    concurrency=DEFAULT_CONCURRENCY,
     expected_minutes=(
         "days on 2 cores with the bundled local models (about 20k prompts per run at 0.3-1 "
         "prompt/s, plus judging); hours against a hosted endpoint (--llm URL)"
     ),
 )
 
-PROFILES = {p.name: p for p in (QUICK, FULL)}
+PROFILES = {p.name: p for p in (QUICK, STANDARD, FULL)}
 
 
 def get_profile(name: str) -> Profile:

@@ -16,7 +16,7 @@ from ._backend import LocalBackend
 from ._cache import SemanticCache, default_embedder
 from ._client import AsyncCachedLLM, CachedLLM
 from ._config import CacheConfig, CategoryPolicy, Limits
-from ._embedders import MemoEmbedder, MiniLMEmbedder, OpenAIEmbedder
+from ._embedders import BatchingEmbedder, MemoEmbedder, MiniLMEmbedder, OpenAIEmbedder
 from ._errors import (
     ConfigurationError,
     CorruptEntryError,
@@ -62,6 +62,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Adapted",
     "AsyncCachedLLM",
+    "BatchingEmbedder",
     "BoundedBackend",
     "CacheBackend",
     "CacheConfig",

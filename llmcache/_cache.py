@@ -85,10 +85,11 @@ def open_backend(location: str | os.PathLike[str] | CacheBackend | None) -> Cach
 
 
 def default_embedder() -> Embedder:
-    """The embedded default: local all-MiniLM-L6-v2 (int8 ONNX), memoised."""
-    from ._embedders import MemoEmbedder, MiniLMEmbedder
+    """The embedded default: local all-MiniLM-L6-v2 (int8 ONNX), memoised, with concurrent
+    callers' texts embedded together (:class:`~llmcache.BatchingEmbedder`)."""
+    from ._embedders import BatchingEmbedder, MemoEmbedder, MiniLMEmbedder
 
-    return MemoEmbedder(MiniLMEmbedder())
+    return MemoEmbedder(BatchingEmbedder(MiniLMEmbedder()))
 
 
 @dataclass

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from openai import OpenAI
     from tokenizers import Tokenizer
 
-__all__ = ["MemoEmbedder", "MiniLMEmbedder", "OpenAIEmbedder"]
+__all__ = ["BatchingEmbedder", "MemoEmbedder", "MiniLMEmbedder", "OpenAIEmbedder"]
 
 logger = logging.getLogger(__name__)
 
@@ -521,3 +521,123 @@ class MemoEmbedder:
 
     def __repr__(self) -> str:
         return f"MemoEmbedder({self.inner!r}, maxsize={self.maxsize})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Micro-batching across callers
+# ---------------------------------------------------------------------------------------------
+
+
+class _Pending:
+    """One caller's texts waiting for a shared batch."""
+
+    __slots__ = ("error", "result", "texts")
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.result: NDArray[np.float32] | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+class BatchingEmbedder:
+    """Embeds the texts of callers who ask at the same time in one call to ``inner``.
+
+    A model embeds a batch of 8 short texts in little more time than one, so 8 agents (threads,
+    or asyncio tasks through the async client's worker threads) asking at once should pay one
+    model call, not eight. Nothing waits for company: a caller who finds the model idle embeds
+    its own texts at once; callers who arrive while it runs queue, and the next of them to go
+    takes everything queued (up to ``max_batch`` texts) in one call. A lone caller so pays
+    nothing extra, and under load batches form by themselves.
+
+    ``model_id`` and ``dim`` are the inner embedder's. ``calls`` counts calls to ``inner``,
+    ``texts`` the texts sent (``texts / calls`` is the mean batch). If ``inner`` fails, the
+    caller whose turn it was gets its exception and the others in that batch an
+    :class:`~llmcache.EmbedderError` that names it; nothing is retried behind their back.
+    """
+
+    def __init__(self, inner: Embedder, *, max_batch: int = 256) -> None:
+        if max_batch < 1:
+            raise ConfigurationError(f"max_batch must be >= 1, got {max_batch}")
+        self.inner = inner
+        self.max_batch = max_batch
+        self._queue: list[_Pending] = []
+        self._busy = False
+        self._cond = threading.Condition()
+        self.calls = 0
+        self.texts = 0
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        mine = _Pending(_check_texts(texts))
+        if not mine.texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        with self._cond:
+            self._queue.append(mine)
+            while not mine.done:
+                if self._busy:
+                    self._cond.wait()
+                    continue
+                self._busy = True
+                batch = self._take()
+                self._cond.release()
+                try:
+                    self._run(batch, leader=mine)
+                finally:
+                    self._cond.acquire()
+                    self._busy = False
+                    self._cond.notify_all()
+        if mine.error is not None:
+            raise mine.error
+        assert mine.result is not None
+        return mine.result
+
+    def _take(self) -> list[_Pending]:
+        """The queued callers, first come first served, up to ``max_batch`` texts (always at
+        least one caller, however many texts it brings)."""
+        batch: list[_Pending] = []
+        size = 0
+        while self._queue and (not batch or size + len(self._queue[0].texts) <= self.max_batch):
+            pending = self._queue.pop(0)
+            batch.append(pending)
+            size += len(pending.texts)
+        return batch
+
+    def _run(self, batch: list[_Pending], *, leader: _Pending) -> None:
+        texts = [t for p in batch for t in p.texts]
+        try:
+            vectors = np.asarray(self.inner.embed(texts), dtype=np.float32)
+            if vectors.shape != (len(texts), self.dim):
+                raise EmbedderError(
+                    f"{self.model_id}: inner embedder returned shape {vectors.shape} for "
+                    f"{len(texts)} texts, expected ({len(texts)}, {self.dim})"
+                )
+        except Exception as exc:
+            for p in batch:
+                if p is leader:
+                    p.error = exc
+                else:
+                    shared = EmbedderError(f"{self.model_id}: the shared batch failed: {exc}")
+                    shared.__cause__ = exc
+                    p.error = shared
+            return
+        with self._cond:
+            self.calls += 1
+            self.texts += len(texts)
+        start = 0
+        for p in batch:
+            p.result = vectors[start : start + len(p.texts)].copy()
+            start += len(p.texts)
+
+    def __repr__(self) -> str:
+        return f"BatchingEmbedder({self.inner!r}, max_batch={self.max_batch})"

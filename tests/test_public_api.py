@@ -84,6 +84,7 @@ EXPECTED_PUBLIC_NAMES = {
     "Limits",
     "LocalBackend",
     "Manifest",
+    "BatchingEmbedder",
     "MemoEmbedder",
     "MiniLMEmbedder",
     "Mode",

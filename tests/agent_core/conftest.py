@@ -39,15 +39,20 @@ def embedder() -> HashEmbedder:
 @pytest.fixture
 def make_llm(tmp_path: Path) -> Iterator[MakeLLM]:
     """``make_llm(mode=Mode.OFF, record=False, **scripted_kwargs)`` → a TownLLM over a fresh
-    ScriptedLLM; every one made is closed afterwards."""
+    ScriptedLLM (or over ``client``); every one made is closed afterwards."""
     made: list[TownLLM] = []
 
     def factory(
-        mode: Mode = Mode.OFF, record: bool = False, threshold: float | None = None, **kwargs: Any
+        mode: Mode = Mode.OFF,
+        record: bool = False,
+        threshold: float | None = None,
+        concurrency: int = 1,
+        client: ScriptedLLM | None = None,
+        **kwargs: Any,
     ) -> TownLLM:
         n = len(made)
         llm = open_town_llm(
-            ScriptedLLM(**kwargs),
+            client if client is not None else ScriptedLLM(**kwargs),
             model="scripted",
             cache_dir=tmp_path / f"cache{n}",
             mode=mode,
@@ -55,6 +60,7 @@ def make_llm(tmp_path: Path) -> Iterator[MakeLLM]:
             record_to=tmp_path / f"run{n}.jsonl" if record else None,
             threshold=threshold,
             superior_model="gpt-4o",
+            concurrency=concurrency,
         )
         made.append(llm)
         return llm

@@ -1,0 +1,67 @@
+"""``collect``: runs simulated side by side record what they record one after another, and the
+standard profile's town asks every category."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent_core import Simulation, load_agents, open_town_llm
+from agent_core.testing import ScriptedLLM
+from experiments import STANDARD, Profile
+from experiments._collect import collect, run_paths
+from llmcache import read_records
+from llmcache.testing import HashEmbedder
+
+
+def _profile(**changes: object) -> Profile:
+    base = Profile(
+        name="side-by-side",
+        runs=3,
+        days=0.2,
+        agents=["Alice Wilson", "Mary Oliver"],
+        max_attempts=2,
+        escalate=False,
+    )
+    return base.model_copy(update=changes)
+
+
+def _collect(profile: Profile, out: Path) -> list[tuple[dict[str, int], list[str]]]:
+    result = collect(
+        profile,
+        out,
+        client=ScriptedLLM(seed=4),  # no faults: answers depend on the request only
+        model="scripted",
+        superior_model=None,
+        llm_report={"description": "scripted"},
+        embedder=HashEmbedder(),
+        progress=False,
+    )
+    recorded = []
+    for info in result.runs:
+        dataset, _ = run_paths(out, info.run)
+        lines = sorted(
+            json.dumps([r.category, r.agent, r.messages, r.response], sort_keys=True)
+            for r in read_records(dataset)
+        )
+        recorded.append(({c: n.asked for c, n in info.categories.items()}, lines))
+    return recorded
+
+
+def test_runs_side_by_side_record_the_same_runs(tmp_path: Path) -> None:
+    one_by_one = _collect(_profile(), tmp_path / "a")
+    side_by_side = _collect(_profile(parallel_runs=3, concurrency=3), tmp_path / "b")
+    assert one_by_one == side_by_side
+    assert len({json.dumps(lines) for _, lines in one_by_one}) == 3  # three different runs
+
+
+def test_the_standard_town_asks_all_fourteen_categories() -> None:
+    assert STANDARD.agents is None and STANDARD.days >= 1.5 and STANDARD.runs == 3
+    llm = open_town_llm(ScriptedLLM(seed=1), model="scripted")
+    try:
+        sim = Simulation(llm, embedder=HashEmbedder(), seeds=load_agents(), seed=1)
+        summary = sim.run(STANDARD.days)
+    finally:
+        llm.close()
+    assert len(summary.agents) == 8
+    assert len(summary.calls) == 14, sorted(summary.calls)
