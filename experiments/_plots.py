@@ -528,6 +528,7 @@ def plot_quality(result: QualityResult, path: str | Path) -> Path:
         else:
             ax.set_xlabel("cost cut (%)", fontsize=8)
             ax.set_ylabel("acceptable answers (%)", fontsize=8)
+            ax.set_xlim(-2, 102)
             ax.set_ylim(-2, 102)
             ax.legend(fontsize=6, loc="lower left")
         n = result.queries.get(group, sum(result.queries.values()))
