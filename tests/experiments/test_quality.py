@@ -159,3 +159,15 @@ def test_the_report_reads_its_sentences_off_the_result() -> None:
     bad = "\n".join(_quality_section(_result((10, 100), (60, 100)), None).lines)
     assert "fewer acceptable answers than a random answer" in bad
     assert "goal (≥ 90% cut) missed" in bad
+
+
+def test_the_readme_documents_every_cached_categorys_tolerance() -> None:
+    from pathlib import Path
+
+    from agent_core.templates import TEMPLATES
+
+    text = (Path(__file__).resolve().parents[2] / "experiments" / "README.md").read_text()
+    table = text.split("| category | tolerance |", 1)[1].split("\n\n", 1)[0]
+    for t in TEMPLATES:
+        if not t.bypass:
+            assert t.category in table, t.category
