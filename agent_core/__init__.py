@@ -24,6 +24,7 @@ from .plans import PlanItem, check_schedule
 from .revise import RevisionRequest, build_revision
 from .sim import RunSummary, Simulation
 from .templates import CATEGORIES, GROUPS, TEMPLATES, Requirements, Slot, Template, template
+from .tolerance import TextAgreement, Tolerance, Verdict, calibrated_bound
 from .world import PersonalTree, World, load_world
 
 __all__ = [
@@ -48,11 +49,15 @@ __all__ = [
     "Slot",
     "Task",
     "Template",
+    "TextAgreement",
+    "Tolerance",
     "TownCall",
     "TownLLM",
+    "Verdict",
     "World",
     "build_revision",
     "cache_config",
+    "calibrated_bound",
     "category_policy",
     "check_schedule",
     "converse",

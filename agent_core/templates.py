@@ -48,6 +48,17 @@ from .rules import (
     ScheduleRule,
 )
 from .schemas import narrow_choice, narrow_insights, narrow_location, narrowed
+from .tolerance import (
+    SameOption,
+    SamePlaces,
+    SameReaction,
+    SameStatus,
+    SimilarText,
+    TextAgreement,
+    Tolerance,
+    Verdict,
+    Within,
+)
 
 __all__ = [
     "ACTOR_REACTION",
@@ -186,6 +197,9 @@ class Template(Generic[R]):
     # 339 tokens). A request with the query's own schema is sent that schema's worst case
     # instead (``TownCall.answer_tokens``), which no answer can outrun.
     max_tokens: int = 256
+    # How far an answer may stray from the query's true answer and still be acceptable
+    # (agent_core.tolerance); every one must hold. Empty: any valid answer agrees.
+    tolerance: tuple[Tolerance, ...] = ()
 
     @property
     def bypass(self) -> bool:
@@ -245,6 +259,51 @@ class Template(Generic[R]):
         if self.check is not None:
             self.check(result, req)
         return result
+
+    @property
+    def uses_text(self) -> bool:
+        """Whether judging acceptability needs a :class:`TextAgreement` (a text tolerance)."""
+        return any(t.uses_text for t in self.tolerance)
+
+    def tolerance_text(self, content: str) -> str | None:
+        """The text a text tolerance compares of an answer (what calibrates its bound), or
+        ``None`` when the template has no text tolerance or ``content`` does not parse."""
+        tolerance = next((t for t in self.tolerance if t.uses_text), None)
+        if tolerance is None:
+            return None
+        try:
+            return tolerance.text(parse_lenient(self.response, content))
+        except ValueError:
+            return None
+
+    def acceptable(
+        self,
+        content: str,
+        truth: str,
+        requirements: Requirements | None = None,
+        *,
+        text: TextAgreement | None = None,
+    ) -> Verdict:
+        """Whether ``content``, served for a query whose true answer is ``truth``, is an
+        acceptable answer: it meets every requirement of the query and agrees with the truth
+        within this template's tolerance. ``text`` (a similarity and this category's
+        calibrated bound) is needed when :attr:`uses_text`; ``ValueError`` without it."""
+        req = requirements or Requirements()
+        try:
+            answer = self.parse(content, req)
+        except ValueError as exc:
+            return Verdict(acceptable=False, reason=f"fails the query's requirements: {exc}")
+        try:
+            true = self.parse(truth, req)
+        except ValueError:
+            # A recorded truth was valid when it was recorded; a rule changed since is no
+            # reason to stop comparing what it says.
+            true = parse_lenient(self.response, truth)
+        for tolerance in self.tolerance:
+            reason = tolerance.check(answer, true, req, text)
+            if reason is not None:
+                return Verdict(acceptable=False, reason=reason)
+        return Verdict(acceptable=True)
 
     def validator(self, requirements: Requirements | None = None) -> Callable[[str], R]:
         """A validator for the cache: accepts an answer's text or raises ``ValueError``."""
@@ -353,6 +412,7 @@ IMPORTANCE = Template(
     answer_format='{"score": <an integer from 1 to 10>}',
     modifier="read",
     max_tokens=16,
+    tolerance=(Within("score", 1),),
 )
 
 INITIAL_PLAN = Template(
@@ -379,6 +439,7 @@ INITIAL_PLAN = Template(
     modifier="revise",
     schedule=INITIAL_PLAN_RULE,
     max_tokens=768,
+    tolerance=(SamePlaces("plans"),),
 )
 
 DECOMPOSITION = Template(
@@ -406,6 +467,7 @@ DECOMPOSITION = Template(
     modifier="revise",
     schedule=DECOMPOSITION_RULE,
     max_tokens=768,
+    tolerance=(SamePlaces("tasks"),),
 )
 
 REVISION = Template(
@@ -434,6 +496,7 @@ REVISION = Template(
     modifier="revise",
     schedule=REVISION_RULE,
     max_tokens=1024,
+    tolerance=(SamePlaces("plans"),),
 )
 
 FINDING_LOCATION = Template(
@@ -452,6 +515,7 @@ FINDING_LOCATION = Template(
     check=_check_location,
     narrow=narrow_location,
     max_tokens=48,
+    tolerance=(SameOption("location"),),
 )
 
 ACTOR_REACTION = Template(
@@ -480,6 +544,7 @@ ACTOR_REACTION = Template(
     check=_check_choice,
     narrow=narrow_choice,
     max_tokens=96,
+    tolerance=(SameReaction("choice"),),
 )
 
 QUESTIONS = Template(
@@ -499,6 +564,7 @@ QUESTIONS = Template(
     ),
     modifier="read",
     max_tokens=160,
+    tolerance=(SimilarText("questions"),),
 )
 
 INSIGHTS = Template(
@@ -519,6 +585,7 @@ INSIGHTS = Template(
     check=_check_insights,
     narrow=narrow_insights,
     max_tokens=400,
+    tolerance=(SimilarText("insights"),),
 )
 
 MEMORY_SUMMARY = Template(
@@ -534,6 +601,7 @@ MEMORY_SUMMARY = Template(
     answer_format='{"summary": "<2 to 4 sentences>"}',
     modifier="read",
     max_tokens=160,
+    tolerance=(SimilarText("summary"),),
 )
 
 ACTOR_STATUS = Template(
@@ -549,6 +617,7 @@ ACTOR_STATUS = Template(
     answer_format='{"status": "<a short phrase, e.g. being used to make coffee>"}',
     modifier="read",
     max_tokens=48,
+    tolerance=(SameStatus("status"),),
 )
 
 AGENT_REACTION = Template(
@@ -579,6 +648,7 @@ AGENT_REACTION = Template(
     check=_check_choice,
     narrow=narrow_choice,
     max_tokens=96,
+    tolerance=(SameReaction("choice"),),
 )
 
 RELATIONSHIP = Template(
@@ -594,6 +664,7 @@ RELATIONSHIP = Template(
     answer_format='{"summary": "<one or two sentences>"}',
     modifier=None,
     max_tokens=128,
+    tolerance=(SimilarText("summary"),),
 )
 
 UTTERANCE = Template(
@@ -619,6 +690,7 @@ UTTERANCE = Template(
     answer_format='{"utterance": "<what {name} says>", "end_conversation": <true or false>}',
     modifier=None,
     max_tokens=96,
+    tolerance=(SimilarText("utterance"),),
 )
 
 DIALOGUE_SUMMARY = Template(
@@ -633,6 +705,7 @@ DIALOGUE_SUMMARY = Template(
     answer_format='{"summary": "<one sentence>"}',
     modifier=None,
     max_tokens=96,
+    tolerance=(SimilarText("summary"),),
 )
 
 TEMPLATES: tuple[Template[Any], ...] = (

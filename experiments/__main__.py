@@ -24,7 +24,7 @@ from typing import Any
 from ._profiles import PROFILES, Profile, get_profile
 from ._report import write_report
 from ._reproduce import EXPERIMENTS, Study, reproduce
-from ._results import CostResult, SaturationResult, load_result
+from ._results import CostResult, QualityResult, SaturationResult, load_result
 
 
 def _summary(out: Path, report: Path, seconds: float | None) -> None:
@@ -49,6 +49,27 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
                 f"  {mode + ' cache':14} {study:24} ${row.replay.spent_usd:.4f} "
                 f"({100 * (row.replay_saving or 0):.1f}% less, "
                 f"{row.replay.hits}/{row.replay.calls} hits)"
+            )
+    quality_path = out / "quality.json"
+    if quality_path.exists():
+        quality = load_result(QualityResult, quality_path)
+        print("acceptable answers in serve mode (95% interval), the report's headline:")
+        for mode in quality.curves:
+            point = quality.serve(mode)
+            if point is None or point.acceptable.rate is None:
+                continue
+            a = point.acceptable
+            share = point.acceptable.rate
+            print(
+                f"  {mode + ' cache':14} {100 * share:.1f}% [{100 * a.low:.0f}%, "
+                f"{100 * a.high:.0f}%] of {a.answers} answers, "
+                f"{100 * (point.cost_reduction or 0):.1f}% cost cut"
+            )
+        rnd = quality.random.get("all")
+        if rnd is not None and rnd.rate is not None:
+            print(
+                f"  {'random answer':14} {100 * rnd.rate:.1f}% [{100 * rnd.low:.0f}%, "
+                f"{100 * rnd.high:.0f}%] of {rnd.answers} answers"
             )
     sat_path = out / "saturation.json"
     if sat_path.exists():

@@ -48,6 +48,7 @@ __all__ = [
     "mode_cost",
     "mode_costs",
     "no_cache_cost",
+    "study_price_table",
 ]
 
 CacheMode = Literal["full", "keyword"]
@@ -94,6 +95,12 @@ STUDY_PRICES = Prices.listed("gpt-4o-mini", "text-embedding-3-small")
 LOCAL_EMBEDDER_PRICES = STUDY_PRICES.model_copy(
     update={"embed_model": "local embedder", "embed": Price(input_per_m=0.0)}
 )
+
+
+def study_price_table() -> PriceTable:
+    """llmcache's price table with every unlisted model priced as the study's LLM: how the
+    measured (replayed, revised) tokens of a local model are priced beside the study's."""
+    return PriceTable(fallback_model=STUDY_PRICES.llm_model)
 
 
 def _tokens(chars: float, prices: Prices) -> float:

@@ -37,6 +37,7 @@ from ._cost import (
     CostPrompt,
     description_lengths,
     mode_costs,
+    study_price_table,
 )
 from ._data import MODES, EmbeddingStore, Prompt, kept_groups
 from ._results import CostResult, ReplayCost
@@ -213,7 +214,7 @@ def cost_study(
         embedder=store.embedder,
         max_attempts=max_attempts,
         # Whatever model answers the replay is priced as the study's LLM.
-        prices=PriceTable(fallback_model=STUDY_PRICES.llm_model),
+        prices=study_price_table(),
         progress=progress,
     )
     return CostResult(

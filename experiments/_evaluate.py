@@ -17,7 +17,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -28,11 +28,13 @@ from llmcache import (
     Embedder,
     EmbedMode,
     Partition,
+    PriceTable,
     SemanticCache,
     Similarity,
     Usage,
 )
 
+from ._cost import study_price_table
 from ._data import MODES, EmbeddingStore, Prompt
 from ._judge import Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
 from ._rating import rating_table
@@ -40,9 +42,18 @@ from ._results import CompareResult, CorrelationResult, JudgeReliability, Rating
 from ._retrieval import TableIndex, sample_per_group
 from ._stats import STUDY_REGIONS, best_per_region, split_regions
 
-__all__ = ["Adapter", "compare", "correlation"]
+__all__ = ["AdaptOutcome", "Adapter", "compare", "correlation"]
 
 logger = logging.getLogger("experiments")
+
+
+@dataclass(frozen=True)
+class AdaptOutcome:
+    """One candidate through the hit step (see :meth:`Adapter.outcome`)."""
+
+    content: str
+    status: Literal["adapted", "refused", "over budget"]
+    cost_usd: float = 0.0  # what the modifier's LLM calls cost at the adapter's prices
 
 
 @dataclass
@@ -52,13 +63,15 @@ class Adapter:
     policies, within a budget of revise calls.
 
     The cache's tables stay empty (the experiments retrieve candidates themselves); it lends the
-    step its configuration, embedder and prices. Close it when done (it is a context manager).
+    step its configuration, embedder and prices (the study's LLM price for whatever model
+    revises, as in the cost replay). Close it when done (it is a context manager).
     """
 
     client: Any
     model: str
     embedder: Embedder
     revise_budget: int
+    prices: PriceTable = field(default_factory=study_price_table)
     revise_calls: int = 0
     usage: Usage = field(default_factory=Usage)
     failures: Counter[str] = field(default_factory=Counter)
@@ -67,7 +80,9 @@ class Adapter:
 
     def __post_init__(self) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="adapt-")
-        self._cache = SemanticCache(self._dir.name, embedder=self.embedder, config=cache_config())
+        self._cache = SemanticCache(
+            self._dir.name, embedder=self.embedder, config=cache_config(), prices=self.prices
+        )
 
     def close(self) -> None:
         self._cache.close()
@@ -81,6 +96,12 @@ class Adapter:
 
     def adapt(self, query: Prompt, cached: Prompt, similarity: float, mode: str) -> str:
         """The answer the cache would give ``query`` from ``cached`` (or the cached text)."""
+        return self.outcome(query, cached, similarity, mode).content
+
+    def outcome(self, query: Prompt, cached: Prompt, similarity: float, mode: str) -> AdaptOutcome:
+        """What the hit step made of ``cached`` for ``query``: the answer, whether the cache
+        would serve it (``adapted``), refuse it (``refused``: it would call the LLM instead)
+        or the budget left it untried (``over budget``), and what the modifier spent."""
         call = query.call()
         options = town_options(call)
         modifier = self._cache.config.resolve(options).modifier
@@ -90,11 +111,12 @@ class Adapter:
             and self.revise_calls >= self.revise_budget
         ):
             self.failures[mode] += 1
-            return cached.response
+            return AdaptOutcome(content=cached.response, status="over budget")
         try:
             adapted = self._cache.adapt(
                 Candidate(
-                    entry=_entry(cached, mode, self.embedder),
+                    # A baseline's candidate ("random") is no mode's: any mode's entry serves.
+                    entry=_entry(cached, mode if mode in MODES else "keyword", self.embedder),
                     similarity=Similarity.from_normalized(similarity),
                 ),
                 options,
@@ -105,12 +127,14 @@ class Adapter:
         except Exception as exc:  # a failed revision call is a modifier failure, not a crash
             logger.warning("%s: modifier failed: %s", query.category, exc)
             self.failures[mode] += 1
-            return cached.response
+            return AdaptOutcome(content=cached.response, status="refused")
         self.usage = self.usage + adapted.usage
         if adapted.valid and adapted.content is not None:
-            return adapted.content
+            return AdaptOutcome(
+                content=adapted.content, status="adapted", cost_usd=adapted.cost_usd
+            )
         self.failures[mode] += 1
-        return cached.response
+        return AdaptOutcome(content=cached.response, status="refused", cost_usd=adapted.cost_usd)
 
     def _send(self, request: dict[str, Any]) -> Any:
         self.revise_calls += 1

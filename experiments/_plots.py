@@ -35,6 +35,7 @@ from experiments._results import (
     CostResult,
     ModeCost,
     ObservedResult,
+    QualityResult,
     SaturationResult,
     SimilarityResult,
     SkillRating,
@@ -49,6 +50,7 @@ __all__ = [
     "plot_correlation_groups",
     "plot_cost",
     "plot_observed",
+    "plot_quality",
     "plot_saturation",
     "plot_similarity",
 ]
@@ -486,6 +488,59 @@ def plot_cost(result: CostResult, path: str | Path) -> Path:
     return _save(fig, path)
 
 
+# --- quality ---------------------------------------------------------------------------------
+
+
+def plot_quality(result: QualityResult, path: str | Path) -> Path:
+    """Cost-quality curves: per group, the cost cut against the share of acceptable answers
+    at every similarity threshold (95% Wilson band), each mode's serve-mode point marked, and
+    a random same-table answer (served in serve mode) as the baseline."""
+    groups = _unique(g for per in result.curves.values() for g in per)
+    fig, axes = _grid(len(groups), 4, width=4.0, height=3.4)
+    if not groups:
+        _empty(axes[0], "no curves")
+    for ax, group in zip(axes, groups, strict=False):
+        drawn = False
+        for mode, per in result.curves.items():
+            points = [p for p in per.get(group, []) if p.acceptable.rate is not None]
+            points = [p for p in points if p.cost_reduction is not None]
+            if not points:
+                continue
+            drawn = True
+            x = [100 * (p.cost_reduction or 0.0) for p in points]
+            y = [100 * (p.acceptable.rate or 0.0) for p in points]
+            color = _color(mode, 0)
+            ax.plot(x, y, "o-", ms=3, lw=1.2, color=color, label=mode)
+            low = [100 * p.acceptable.low for p in points]
+            high = [100 * p.acceptable.high for p in points]
+            ax.fill_between(x, low, high, color=color, alpha=0.15)
+            serve = result.serve(mode, group)
+            if serve is not None and serve.cost_reduction is not None and serve.acceptable.rate:
+                ax.plot(100 * serve.cost_reduction, 100 * serve.acceptable.rate, "*", ms=11,
+                        color=color, mec="black", label=f"{mode}: serve mode")  # fmt: skip
+        rnd = result.random.get(group)
+        if rnd is not None and rnd.rate is not None:
+            ax.axhline(100 * rnd.rate, color=MODE_COLORS["random"], ls="--", lw=1,
+                       label="random answer")  # fmt: skip
+            ax.axhspan(100 * rnd.low, 100 * rnd.high, color=MODE_COLORS["random"], alpha=0.12)
+        if not drawn:
+            _empty(ax, "no answers")
+        else:
+            ax.set_xlabel("cost cut (%)", fontsize=8)
+            ax.set_ylabel("acceptable answers (%)", fontsize=8)
+            ax.set_xlim(-2, 102)
+            ax.set_ylim(-2, 102)
+            ax.legend(fontsize=6, loc="lower left")
+        n = result.queries.get(group, sum(result.queries.values()))
+        ax.set_title(f"{_short(group)} ({n} queries)", fontsize=9)
+    fig.suptitle(
+        f"Cost cut vs acceptable answers: run {result.query_run}'s queries, "
+        f"run {result.table_run}'s tables"
+    )
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 # --- all -------------------------------------------------------------------------------------
 
 # A plotter takes the result model its entry names; the dict cannot say which, hence Any.
@@ -500,6 +555,7 @@ _FIGURES: dict[str, tuple[tuple[str, _Plotter], ...]] = {
     "observed": (("", plot_observed),),
     "compare": (("", plot_compare),),
     "cost": (("", plot_cost),),
+    "quality": (("", plot_quality),),
 }
 
 

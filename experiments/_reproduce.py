@@ -22,6 +22,7 @@ from ._data import EmbeddingStore, Prompt, load_run
 from ._evaluate import Adapter, compare, correlation
 from ._judge import Judge, LLMJudge, ReferenceJudge
 from ._profiles import Profile
+from ._quality import quality
 from ._results import (
     RESULT_MODELS,
     CollectResult,
@@ -29,6 +30,7 @@ from ._results import (
     CorrelationResult,
     CostResult,
     ObservedResult,
+    QualityResult,
     SaturationResult,
     SimilarityResult,
     load_result,
@@ -254,6 +256,32 @@ class Study:
                 sim_days=self.profile.days,
                 progress=bar.update,
             )
+        finally:
+            bar.close()
+
+    def _quality(self) -> QualityResult:
+        held_out = self.run(self.profile.runs)
+        bar = self._bar(len(held_out), "quality: serving the held-out run")
+        try:
+            with self._adapter() as adapter:
+                return quality(
+                    self.run(1),
+                    held_out,
+                    [self.run(n) for n in range(1, self.profile.runs + 1)],
+                    self.store,
+                    adapter,
+                    # Cached vs true, each pair in both orders: disagreement is a tie.
+                    LLMJudge(
+                        self.conn.client,
+                        model=self.judge_model,
+                        shuffles=2,
+                        seed=self.profile.seed,
+                        name="pairwise",
+                    ),
+                    llm_judge_queries=self.profile.llm_judge_queries,
+                    seed=self.profile.seed,
+                    progress=bar.update,
+                )
         finally:
             bar.close()
 

@@ -22,6 +22,10 @@ __all__ = [
     "ModeCost",
     "ModeSummary",
     "ObservedResult",
+    "PairwiseTally",
+    "QualityPoint",
+    "QualityResult",
+    "RateCI",
     "RatingTable",
     "ReplayCost",
     "RunInfo",
@@ -29,6 +33,7 @@ __all__ = [
     "SaturationResult",
     "SimilarityResult",
     "SkillRating",
+    "TextCalibration",
     "load_result",
     "save_result",
 ]
@@ -242,6 +247,68 @@ class CostResult(BaseModel):
         return out
 
 
+class RateCI(BaseModel):
+    """A rate of acceptable answers with its 95% Wilson interval."""
+
+    acceptable: int
+    answers: int
+    rate: float | None  # None without answers
+    low: float
+    high: float
+
+
+class QualityPoint(BaseModel):
+    """One operating point of a cost-quality curve: every held-out query answered at a
+    similarity threshold (``None``: serve mode, every query whose table has an entry hits)."""
+
+    threshold: float | None  # normalised similarity (cos + 1) / 2; a hit needs >= it
+    hits: int  # queries the cache answered (served or refused by validation)
+    refused: int  # hits the modifier could not make valid: the LLM answered instead
+    estimated: int  # revise hits beyond the revise budget: cost estimated, not in the rate
+    cost_reduction: float | None  # 1 - cost / cost without a cache (measured tokens)
+    acceptable: RateCI  # of the answers the agents got (the cache's and the LLM's)
+
+
+class TextCalibration(BaseModel):
+    """The text bound of one category, from pairs of true answers of the same query."""
+
+    pairs: int  # true pairs of this category
+    bound: float  # cosine
+    source: Literal["category", "pooled", "default"]  # whose pairs set it
+
+
+class PairwiseTally(BaseModel):
+    """The pairwise judge's verdicts, served answer vs true answer, both orders asked."""
+
+    cached: int = 0  # the served answer preferred in both orders
+    ties: int = 0  # the two orders disagree: a tie
+    true: int = 0  # the true answer preferred in both orders
+    failures: int = 0
+
+
+class QualityResult(BaseModel):
+    """Acceptable answers per group and mode, and the cost-quality curves of a threshold
+    sweep on the held-out run (issue 11)."""
+
+    query_run: int
+    table_run: int
+    queries: dict[str, int]  # group -> held-out queries
+    calibration: dict[str, TextCalibration]  # category -> text bound
+    # mode -> group (and "all") -> points: serve mode first, then rising thresholds
+    curves: dict[str, dict[str, list[QualityPoint]]]
+    # group (and "all") -> a random same-table answer served for every query with a table
+    random: dict[str, RateCI]
+    revise_calls: int
+    # mode -> group -> the pairwise judge's verdicts on served answers
+    pairwise: dict[str, dict[str, PairwiseTally]] = Field(default_factory=dict)
+    reliability: dict[str, JudgeReliability] = Field(default_factory=dict)
+
+    def serve(self, mode: str, group: str = "all") -> QualityPoint | None:
+        """The serve-mode point (the study's one operating point) of a curve."""
+        points = self.curves.get(mode, {}).get(group, [])
+        return points[0] if points and points[0].threshold is None else None
+
+
 #: Each experiment's result model, by the experiment's name (its file is ``<name>.json``), in
 #: the order the study runs them.
 RESULT_MODELS: dict[str, type[BaseModel]] = {
@@ -252,6 +319,7 @@ RESULT_MODELS: dict[str, type[BaseModel]] = {
     "correlation": CorrelationResult,
     "compare": CompareResult,
     "cost": CostResult,
+    "quality": QualityResult,
 }
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -1,4 +1,5 @@
-"""The statistics of the chapter-3 experiments: similarity regions, Pearson's r, saturation.
+"""The statistics of the chapter-3 experiments: similarity regions, Pearson's r, saturation,
+and the interval of a rate.
 
 Pure functions over plain numbers (numpy; scipy only for Student's t tail), so every figure in
 ``report.md`` can be re-derived by hand. Similarities here are the study's normalised ones,
@@ -22,6 +23,7 @@ __all__ = [
     "region_index",
     "saturation_point",
     "split_regions",
+    "wilson_interval",
 ]
 
 # The similarity ranges the study split into four equal regions (thesis 3.4.2): full-prompt
@@ -161,3 +163,28 @@ def saturation_point(
         if m >= target - _EPS:
             return float(t)
     return float(thresholds[-1])  # unreachable: the last point always meets the target
+
+
+#: The normal quantile of a two-sided 95% interval.
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a rate ``successes / trials`` (95% by default).
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n
+    successes, which small samples of acceptable answers often are. ``(0.0, 1.0)`` for no
+    trials: nothing is known.
+
+    >>> [round(x, 3) for x in wilson_interval(9, 10)]
+    [0.596, 0.982]
+    """
+    if trials < 0 or not 0 <= successes <= trials:
+        raise ValueError(f"need 0 <= successes <= trials, got {successes} of {trials}")
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    z2 = z * z
+    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -18,6 +18,7 @@ MODULES = [
     "experiments._notebooks",
     "experiments._plots",
     "experiments._profiles",
+    "experiments._quality",
     "experiments._rating",
     "experiments._report",
     "experiments._reproduce",

@@ -35,6 +35,7 @@ def test_public_api() -> None:
         "mode_cost",
         "mode_costs",
         "no_cache_cost",
+        "study_price_table",
     ]
 
 

@@ -221,6 +221,7 @@ def test_public_api() -> None:
         "plot_correlation_groups",
         "plot_cost",
         "plot_observed",
+        "plot_quality",
         "plot_saturation",
         "plot_similarity",
     ]

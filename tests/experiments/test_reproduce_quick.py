@@ -37,6 +37,7 @@ FIGURES = (
     "correlation_groups",
     "compare",
     "cost",
+    "quality",
 )
 
 
@@ -85,3 +86,5 @@ def test_quick_profile_reproduces_everything(tmp_path: Path) -> None:
     cost = load_result(CostResult, out / "cost.json")
     assert cost.replay["none"].spent_usd > 0
     assert "cost of a held-out run" in proc.stdout and "report:" in proc.stdout
+    assert "acceptable answers in serve mode" in proc.stdout
+    assert "**Headline**" in report and "pairwise" in report

@@ -32,6 +32,7 @@ def test_public_api() -> None:
         "region_index",
         "saturation_point",
         "split_regions",
+        "wilson_interval",
     ]
 
 
