@@ -71,8 +71,8 @@ EXACT_THRESHOLD = 1.0 - 1e-6  # identical texts embed to cosines a rounding erro
 _Z_ONE_SIDED = 1.6449
 _Z_TWO_SIDED = 1.96
 
-# Exploration: the probability a would-be hit is also paid for is START / (START + explored),
-# so the first would-be hits of a table are all explored and the rate decays like 1/n, never
+# Exploration: the probability a would-be hit is also paid for is START / (1 + explored), so
+# the first START would-be hits of a table are all explored and the rate decays like 1/n, never
 # under FLOOR (a table keeps being watched as its traffic drifts).
 _EXPLORE_START = 5.0
 _EXPLORE_FLOOR = 0.005
@@ -184,7 +184,8 @@ class Labels:
 
 def learned_threshold(labels: Labels, budget: float) -> float:
     """The threshold a table under ``budget`` uses: the lowest bin edge whose labelled lookups
-    at or above it have a one-sided 95% upper bound of the wrong rate at most ``budget``.
+    at or above it have a one-sided 95% upper bound of the wrong rate at most ``budget``. Only
+    the edges of bins holding labels qualify: below the lowest label there is no evidence.
 
     With too few labels to prove any edge safe it is :data:`STRICT_THRESHOLD`, or
     :data:`EXACT_THRESHOLD` once labels show the strict one over budget (its lower bound
@@ -194,9 +195,10 @@ def learned_threshold(labels: Labels, budget: float) -> float:
     best: float | None = None
     # From the top down, so that each edge's counts are the running sums.
     for index in range(N_BINS - 1, -1, -1):
-        n += labels.ok[index] + labels.bad[index]
+        here = labels.ok[index] + labels.bad[index]
+        n += here
         wrong += labels.bad[index]
-        if n and wilson_interval(wrong, n, _Z_ONE_SIDED)[1] <= budget:
+        if here and wilson_interval(wrong, n, _Z_ONE_SIDED)[1] <= budget:
             best = _edge(index)
     if best is not None:
         return best
@@ -208,7 +210,7 @@ def learned_threshold(labels: Labels, budget: float) -> float:
 
 def explore_probability(explored: int) -> float:
     """How likely a would-be hit is to be explored, after ``explored`` explorations."""
-    return max(_EXPLORE_FLOOR, min(1.0, _EXPLORE_START / (_EXPLORE_START + max(0, explored))))
+    return max(_EXPLORE_FLOOR, min(1.0, _EXPLORE_START / (1 + max(0, explored))))
 
 
 def with_budget(table: TableStats, labels: Labels, budget: float | None) -> TableStats:
