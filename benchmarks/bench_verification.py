@@ -70,6 +70,12 @@ class Precomputed:
 def load_pairs(path: Path, n: int, seed: int) -> list[dict[str, Any]]:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         pairs = [json.loads(line) for line in f]
+    # Stripped as the cache strips keywords (its embedding text); a blank question is no prompt.
+    pairs = [
+        {**p, "a": p["a"].strip(), "b": p["b"].strip()}
+        for p in pairs
+        if p["a"].strip() and p["b"].strip()
+    ]
     return random.Random(seed).sample(pairs, n)
 
 

@@ -270,3 +270,18 @@ def test_a_callers_equivalence_decides_the_label(tmp_path: Path) -> None:
 
     _, info = _ask(client, ["tree idle"], equivalence=same_number)
     assert info.explored and info.label is True
+
+
+def test_labels_are_kept_in_every_backend(make_backend: Any) -> None:
+    # Labels are table counters: what one cache writes, another opened on the same store reads
+    # (the directory and the database alike).
+    backend = make_backend()
+    first = SemanticCache(backend, embedder=HashEmbedder(dim=64))
+    key = '["importance", "Liam", "m", "k"]'
+    for ok in [True] * 30 + [False] * 2:
+        first.budget.add(key, 0.93, ok)
+    first.ledger.flush()
+    second = SemanticCache(backend, embedder=HashEmbedder(dim=64))
+    labels = second.budget.labels(key)
+    assert (labels.count, labels.wrong) == (32, 2)
+    assert second.budget.threshold(key, 0.2) == pytest.approx(0.93)
