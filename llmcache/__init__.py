@@ -13,6 +13,7 @@ OpenAI-compatible URL -- is the subpackage :mod:`llmcache.llm`; the cache never 
 from __future__ import annotations
 
 from ._backend import LocalBackend
+from ._budget import same_answer
 from ._cache import SemanticCache, default_embedder
 from ._client import AsyncCachedLLM, CachedLLM
 from ._config import CacheConfig, CategoryPolicy, Limits
@@ -36,6 +37,7 @@ from ._protocols import (
     BoundedBackend,
     CacheBackend,
     Embedder,
+    Equivalence,
     Modifier,
     ModifyContext,
     Validator,
@@ -80,6 +82,7 @@ __all__ = [
     "Embedder",
     "EmbedderError",
     "EmbedderMismatchError",
+    "Equivalence",
     "ExactIndex",
     "FilledPrompt",
     "HnswIndex",
@@ -115,5 +118,6 @@ __all__ = [
     "embedding_text",
     "messages_text",
     "read_records",
+    "same_answer",
     "transfer",
 ]

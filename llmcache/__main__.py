@@ -7,17 +7,18 @@ import json
 import sys
 import time
 
+from ._budget import table_stats
 from ._cache import open_backend
 from ._config import Limits
 from ._errors import ConfigurationError, LLMCacheError
-from ._ledger import CacheStats, TableStats
+from ._ledger import CacheStats
 from ._protocols import BoundedBackend
 
 
 def _stats(args: argparse.Namespace) -> int:
     backend = open_backend(args.location)
     try:
-        tables = [TableStats.from_counters(k, c) for k, c in backend.read_stats().items()]
+        tables = table_stats(backend.read_stats())
         stats = CacheStats(tables=tables)
         if isinstance(backend, BoundedBackend):
             entries, size = backend.usage()

@@ -15,11 +15,21 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ._budget import BudgetBook, table_stats
 from ._config import CacheConfig, Limits
 from ._errors import ConfigurationError, CorruptEntryError, StoreError
-from ._ledger import CacheStats, Ledger, PriceTable
+from ._ledger import CacheStats, Ledger, PriceTable, info_stats_key
 from ._protocols import BoundedBackend, CacheBackend, Embedder
-from ._types import Adapted, CacheEntry, CacheOptions, Candidate, Partition, Similarity, Usage
+from ._types import (
+    Adapted,
+    CacheEntry,
+    CacheOptions,
+    CallInfo,
+    Candidate,
+    Partition,
+    Similarity,
+    Usage,
+)
 
 __all__ = ["DEFAULT_CACHE_DIR_ENV", "SemanticCache", "open_backend"]
 
@@ -101,6 +111,7 @@ class _Tables:
     backend: CacheBackend
     ledger: Ledger
     stored_limits: Limits | None
+    book: BudgetBook
     inflight: dict[tuple[str, str], threading.Event] = field(default_factory=dict)
     inflight_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -141,6 +152,7 @@ class SemanticCache:
         self._tables = _tables if _tables is not None else self._open(location)
         self.backend: CacheBackend = self._tables.backend
         self.ledger: Ledger = self._tables.ledger
+        self.budget: BudgetBook = self._tables.book
 
     def _open(self, location: str | os.PathLike[str] | CacheBackend | None) -> _Tables:
         backend = open_backend(location)
@@ -150,7 +162,8 @@ class SemanticCache:
         except BaseException:
             backend.close()
             raise
-        return _Tables(backend, Ledger(backend), stored_limits)
+        ledger = Ledger(backend)
+        return _Tables(backend, ledger, stored_limits, BudgetBook(backend, ledger))
 
     # -- views -------------------------------------------------------------------------------
 
@@ -380,10 +393,28 @@ class SemanticCache:
     def partitions(self) -> list[Partition]:
         return self.backend.partitions()
 
+    def feedback(self, info: CallInfo, *, ok: bool) -> None:
+        """Tell the cache whether a hit's answer was right: a label for the hit's table.
+
+        ``info`` is the :class:`~llmcache.CallInfo` of a call answered from the cache
+        (``outcome == "hit"``); its table and similarity say where the label goes. ``ok=False``
+        counts a wrong hit, ``ok=True`` a right one; under a wrong-hit budget they move the
+        table's learned threshold (docs/wrong-hit-budget.md). Labels are kept with or without
+        a budget. The entry itself stays: it may be right for other queries.
+        """
+        if info.outcome != "hit" or info.similarity is None or not info.partition_key:
+            raise ConfigurationError(
+                f"feedback is for hits: this call's outcome is {info.outcome!r}"
+                + ("" if info.similarity is not None else " and it has no similarity")
+            )
+        self.budget.add(info_stats_key(info), info.similarity.cosine, ok)
+
     def stats(self) -> CacheStats:
         """Per table: lookups, hits, similarity, tokens and dollars spent and avoided, entries
-        evicted for size and expired; the bounds in force and the cache's size."""
-        stats = self.ledger.stats()
+        evicted for size and expired; the bounds in force and the cache's size; labels and
+        exploration, and under a wrong-hit budget the threshold in force and the estimated
+        wrong-hit rate with its 95% interval."""
+        stats = CacheStats(tables=table_stats(self.ledger.counters(), self.config.budget_for))
         backend = self._bounded_backend()
         if backend is None:
             return stats

@@ -46,7 +46,8 @@ class CategoryPolicy(BaseModel):
 
     ``threshold`` is a raw cosine (see :class:`~llmcache.Similarity`). ``bypass`` skips lookup
     and storage but still validates, retries and records the call (dialogue categories in the
-    thesis bypass the cache this way).
+    thesis bypass the cache this way). ``wrong_hit_budget`` and ``equivalence``: see
+    :class:`CacheConfig`.
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -63,6 +64,8 @@ class CategoryPolicy(BaseModel):
     modifier: Any = None
     validator: Any = None
     bypass: bool = False
+    wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
+    equivalence: Any = None  # an Equivalence; Any because Protocols are not pydantic types
 
 
 class CacheConfig(BaseModel):
@@ -78,6 +81,12 @@ class CacheConfig(BaseModel):
     cache (see :class:`Limits`; all ``None`` by default: unbounded). A cache opened with any of
     them set records them in the store, so that other processes (and ``python -m llmcache
     prune``/``stats``) that open it without limits of their own keep to the same ones.
+
+    ``wrong_hit_budget`` (δ, e.g. 0.02; ``None``: off) replaces the static ``threshold`` of a
+    table in ``online`` mode by one learned from labels, kept so that the estimated rate of
+    wrong hits stays at or under δ (docs/wrong-hit-budget.md). Labels compare a cached answer
+    with a fresh one by the category's ``equivalence`` (an :class:`~llmcache.Equivalence`;
+    default :func:`~llmcache.same_answer`). Categories and calls may set their own of both.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -99,6 +108,7 @@ class CacheConfig(BaseModel):
     max_entries: int | None = Field(default=None, ge=1)
     max_bytes: int | None = Field(default=None, ge=1)
     ttl_seconds: float | None = Field(default=None, gt=0)
+    wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
 
     @property
     def limits(self) -> Limits:
@@ -110,6 +120,13 @@ class CacheConfig(BaseModel):
         (``model_copy(update=...)`` would accept a misspelt or out-of-range setting)."""
         current = {name: getattr(self, name) for name in type(self).model_fields}
         return type(self)(**{**current, **changes})
+
+    def budget_for(self, category: str) -> float | None:
+        """The wrong-hit budget of a category's tables, before any call's own."""
+        policy = self.categories.get(category, CategoryPolicy())
+        if policy.wrong_hit_budget is not None:
+            return policy.wrong_hit_budget
+        return self.wrong_hit_budget
 
     def resolve(self, options: CacheOptions) -> ResolvedPolicy:
         """Merge call options over the category policy over the cache defaults."""
@@ -128,6 +145,14 @@ class CacheConfig(BaseModel):
             modifier=options.modifier if options.modifier is not None else policy.modifier,
             validator=options.validator if options.validator is not None else policy.validator,
             bypass=policy.bypass and options.mode is None,
+            wrong_hit_budget=(
+                options.wrong_hit_budget
+                if options.wrong_hit_budget is not None
+                else self.budget_for(options.category)
+            ),
+            equivalence=(
+                options.equivalence if options.equivalence is not None else policy.equivalence
+            ),
         )
 
 
@@ -142,3 +167,5 @@ class ResolvedPolicy(BaseModel):
     modifier: Any
     validator: Any
     bypass: bool
+    wrong_hit_budget: float | None = None
+    equivalence: Any = None

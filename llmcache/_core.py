@@ -30,10 +30,12 @@ from typing import Any
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
+from ._budget import STRICT_THRESHOLD, same_answer
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
 from ._errors import ConfigurationError, InvalidResponseError, StoreError
 from ._keys import embedding_text, output_params, partition_for
+from ._ledger import info_stats_key
 from ._modifiers import Read, modifier_name
 from ._protocols import ModifyContext
 from ._recorder import RecordedCall, Recorder
@@ -442,6 +444,12 @@ class _Call:
             model=self.partition.model,
             partition_key=self.partition.key,
         )
+        self.stats_key = info_stats_key(self.info)
+        # Under a wrong-hit budget: the would-be hit being explored (its candidate and what
+        # it became), or the nearest entry of a miss; either is labelled against the answer
+        # the LLM gives (see _budget.py).
+        self._explore: tuple[Candidate, Adapted] | None = None
+        self._near: Candidate | None = None
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -511,9 +519,12 @@ class _Call:
             reason = check(self.validate, content)
             if reason is not None:
                 self._record_invalid(1, self.model, content, u, reason)
+        self._explored_cost(u, cost)
         if reason is not None:
             logger.info("streamed answer not stored: %s", reason[:200])
-        elif vector is not None and text is not None:
+        elif not self.shape.has_tool_calls(response):
+            self._label_from_answer(content)
+        if reason is None and vector is not None and text is not None:
             attempt = _Attempts(
                 completion=response,
                 content=content or "",
@@ -542,10 +553,83 @@ class _Call:
             return None
         best = candidates[0]
         self.info.similarity = best.similarity
-        self.info.threshold = self.policy.threshold if mode is Mode.ONLINE else None
-        if mode is Mode.SERVE or best.similarity.cosine >= self.policy.threshold:
+        if mode is Mode.SERVE:
+            self.info.threshold = None
             return self._serve(best)
+        budget = self.policy.wrong_hit_budget
+        self.info.wrong_hit_budget = budget
+        threshold = self._threshold(budget)
+        self.info.threshold = threshold
+        if best.similarity.cosine >= threshold:
+            explore = budget is not None and self._budget_call(
+                lambda: self.cache.budget.explore(self.stats_key), default=False
+            )
+            return self._serve(best, explore=explore)
+        self._near = best
         return None
+
+    def _threshold(self, budget: float | None) -> float:
+        """The threshold in force: the static one, or the one learned under a budget."""
+        if budget is None:
+            return self.policy.threshold
+        key = self.stats_key
+        # A budget that cannot read its labels stays strict.
+        threshold: float = self._budget_call(
+            lambda: self.cache.budget.threshold(key, budget), default=STRICT_THRESHOLD
+        )
+        return threshold
+
+    def _budget_call(self, step: Callable[[], Any], *, default: Any) -> Any:
+        """A step of the wrong-hit budget; if the store fails it, the call goes on with
+        ``default`` (keeping a budget must never break a call)."""
+        try:
+            return step()
+        except Exception:
+            logger.warning("wrong-hit budget unavailable for this call", exc_info=True)
+            return default
+
+    def _label(self, candidate: Candidate, ok: bool) -> None:
+        self.info.label = ok
+        key, cosine = self.stats_key, candidate.similarity.cosine
+        self._budget_call(lambda: self.cache.budget.add(key, cosine, ok), default=None)
+
+    def _label_from_answer(self, fresh: str | None) -> None:
+        """Under a budget, label the explored hit or the miss's nearest entry by comparing its
+        answer with the one the LLM just gave (``fresh``, valid)."""
+        if self.policy.wrong_hit_budget is None or self.info.label is not None or fresh is None:
+            return
+        if self._explore is not None:
+            candidate, adapted = self._explore
+        elif self._near is not None:
+            candidate = self._near
+            if self.shape.is_tool_call_entry(candidate.entry):
+                return
+            try:
+                # Only a modifier that needs no LLM labels a miss: a label must cost nothing.
+                adapted = adapt_candidate(
+                    self.cache,
+                    candidate,
+                    self.options,
+                    messages=[dict(m) for m in self.messages],
+                    request=self.kwargs,
+                    call=None,
+                    shape=self.shape,
+                )
+            except ConfigurationError:
+                return
+        else:
+            return
+        if not adapted.valid or adapted.content is None:
+            if not self.shape.is_tool_call_entry(candidate.entry):
+                self._label(candidate, False)
+            return
+        equivalent = self.policy.equivalence or same_answer
+        try:
+            ok = bool(equivalent(adapted.content, fresh))
+        except Exception:
+            logger.warning("the equivalence failed; no label for this call", exc_info=True)
+            return
+        self._label(candidate, ok)
 
     def _count_embedding(self, text: str) -> None:
         tokens, _ = count_tokens(text)
@@ -556,7 +640,7 @@ class _Call:
             name = model_id.split(":", 1)[1].split("@", 1)[0]
             self.info.embed_usd = self.cache.prices.cost(name, Usage(prompt_tokens=tokens))
 
-    def _serve(self, candidate: Candidate) -> Any:
+    def _serve(self, candidate: Candidate, *, explore: bool = False) -> Any:
         # The same step SemanticCache.adapt runs, with this call's endpoint (its Shape).
         adapted = adapt_candidate(
             self.cache,
@@ -581,6 +665,17 @@ class _Call:
                 adapted.modifier,
                 adapted.error,
             )
+            if self.policy.wrong_hit_budget is not None and not self.shape.is_tool_call_entry(
+                candidate.entry
+            ):
+                # A served answer that does not answer the query: a wrong label, for free.
+                self._label(candidate, False)
+            return None
+        if explore:
+            # Explored: the LLM is asked as on a miss, its answer served and compared with
+            # this one (_label_from_answer).
+            self._explore = (candidate, adapted)
+            self.info.explored = True
             return None
         self._mark_hit(candidate.entry, adapted.modifier)
         return self.shape.rebuild(candidate.entry, adapted.content, adapted.usage)
@@ -632,9 +727,19 @@ class _Call:
         self.info.escalated = result.escalated
         self.info.usage = self.info.usage + result.usage
         self.info.cost_usd += result.cost
+        self._explored_cost(result.usage, result.cost)
+        self._label_from_answer(
+            None if self.shape.has_tool_calls(result.completion) else result.content
+        )
         if store and vector is not None and text is not None:
             self._store(result, vector, text)
         return result.completion
+
+    def _explored_cost(self, usage: Usage, cost: float) -> None:
+        """What exploring cost: the paid answer, and the revision of the cached one if any."""
+        if self.info.explored:
+            self.info.explore_tokens = usage.total_tokens + self.info.revise_tokens
+            self.info.explore_usd = cost + self.info.revise_usd
 
     def _store(self, result: _Attempts, vector: Any, text: str) -> None:
         # A failure to store never breaks the caller's call: the answer is valid and paid for.

@@ -22,7 +22,7 @@ from ._config import Limits
 from ._protocols import CacheBackend
 from ._types import CallInfo, Partition, Usage
 
-__all__ = ["CacheStats", "Ledger", "Price", "PriceTable", "TableStats"]
+__all__ = ["CacheStats", "Ledger", "Price", "PriceTable", "TableStats", "info_stats_key"]
 
 logger = logging.getLogger("llmcache")
 
@@ -79,6 +79,13 @@ class PriceTable(BaseModel):
 def stats_key(partition: Partition) -> str:
     """The counters' key: readable without the store (``python -m llmcache stats``)."""
     return _stats_key(partition.category, partition.agent, partition.model, partition.key)
+
+
+def info_stats_key(info: CallInfo) -> str:
+    """The counters' key of the table a call went to."""
+    return _stats_key(
+        info.category or "", info.agent or "", info.model or "", info.partition_key or ""
+    )
 
 
 def _stats_key(category: str, agent: str, model: str, key: str) -> str:
@@ -153,6 +160,18 @@ class TableStats(BaseModel):
     embed_tokens: int = 0
     embed_usd: float = 0.0
     modifiers: dict[str, int] = Field(default_factory=dict)
+    # The wrong-hit budget (see docs/wrong-hit-budget.md). Labels and exploration are counted
+    # in every table; the rest is filled by SemanticCache.stats for a table under a budget.
+    labels: int = 0  # (cosine, right or wrong) labels of the table, from 0.5 cosine up
+    labels_wrong: int = 0
+    explored: int = 0  # would-be hits also sent to the LLM to label them
+    explore_tokens: int = 0
+    explore_usd: float = 0.0
+    wrong_hit_budget: float | None = None
+    threshold_in_force: float | None = None  # raw cosine: learned, or the strict fallback
+    labels_in_force: int = 0  # labels at or above the threshold in force
+    wrong_rate: float | None = None  # wrong among them: the estimated wrong-hit rate
+    wrong_rate_ci: tuple[float, float] | None = None  # its two-sided 95% Wilson interval
 
     @property
     def hit_rate(self) -> float:
@@ -254,6 +273,27 @@ class CacheStats(BaseModel):
                 f"{100 * t.hit_rate:>5.1f}% {sim:>8} {t.usd_spent:>10.6f} {t.usd_avoided:>10.6f} "
                 f"{t.tokens_spent:>10} {t.tokens_avoided:>11} {t.evicted:>7} {t.expired:>7}"
             )
+        budgeted = [t for t in rows if t.wrong_hit_budget is not None or t.labels]
+        if budgeted:
+            # Only when a budget is set or labels exist: the table above stays the whole
+            # output otherwise.
+            lines.append(
+                f"{'wrong-hit budget':<26} {'agent':<16} {'budget':>6} {'thresh':>6} "
+                f"{'labels':>7} {'wrong':>6} {'est. wrong [95% CI]':>22} {'explored':>8} "
+                f"{'explore $':>10}"
+            )
+            for t in budgeted:
+                budget = f"{t.wrong_hit_budget:.3f}" if t.wrong_hit_budget is not None else "-"
+                thresh = f"{t.threshold_in_force:.3f}" if t.threshold_in_force is not None else "-"
+                est = "-"
+                if t.wrong_rate is not None and t.wrong_rate_ci is not None:
+                    low, high = t.wrong_rate_ci
+                    est = f"{t.wrong_rate:.3f} [{low:.3f}, {high:.3f}]"
+                lines.append(
+                    f"{t.category[:26]:<26} {t.agent[:16]:<16} {budget:>6} {thresh:>6} "
+                    f"{t.labels:>7} {t.labels_wrong:>6} {est:>22} {t.explored:>8} "
+                    f"{t.explore_usd:>10.6f}"
+                )
         if self.limits is not None and self.limits.bounded:
             # Only for a bounded cache: the table above stays the whole output otherwise.
             lines.append(
@@ -279,9 +319,7 @@ class Ledger:
 
     def record(self, info: CallInfo) -> None:
         """Count one call in its table's pending deltas; flushed in batches."""
-        key = _stats_key(
-            info.category or "", info.agent or "", info.model or "", info.partition_key or ""
-        )
+        key = info_stats_key(info)
         plural = {"hit": "hits", "miss": "misses", "collect": "collects", "bypass": "bypasses"}
         delta: dict[str, float] = {plural[info.outcome]: 1}
         if info.outcome in ("hit", "miss"):
@@ -310,6 +348,17 @@ class Ledger:
         if info.revise_tokens:
             delta |= {"revise_tokens": info.revise_tokens, "revise_usd": info.revise_usd}
         delta |= {"embed_tokens": info.embed_tokens, "embed_usd": info.embed_usd}
+        if info.explored:
+            # Exploration's own figures (also inside the spent ones): what the budget costs.
+            delta |= {
+                "wh_explored": 1,
+                "wh_explore_tokens": info.explore_tokens,
+                "wh_explore_usd": info.explore_usd,
+            }
+        self.add(key, delta)
+
+    def add(self, key: str, delta: Mapping[str, float]) -> None:
+        """Add counters to a table's pending deltas (by its counters' key); flushed in batches."""
         with self._lock:
             merge_counters(self._pending[key], delta)
             self._events += 1
@@ -339,9 +388,13 @@ class Ledger:
                 for key, delta in failed.items():
                     merge_counters(self._pending[key], delta)
 
-    def stats(self) -> CacheStats:
+    def counters(self) -> dict[str, dict[str, float]]:
+        """Every table's counters, this process's pending ones included."""
         self.flush()
-        tables = [TableStats.from_counters(k, c) for k, c in self._backend.read_stats().items()]
+        return self._backend.read_stats()
+
+    def stats(self) -> CacheStats:
+        tables = [TableStats.from_counters(k, c) for k, c in self.counters().items()]
         return CacheStats(tables=tables)
 
     def snapshot(self) -> dict[str, Any]:

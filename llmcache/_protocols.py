@@ -31,6 +31,7 @@ __all__ = [
     "BoundedBackend",
     "CacheBackend",
     "Embedder",
+    "Equivalence",
     "Modifier",
     "ModifyContext",
     "Validator",
@@ -200,6 +201,17 @@ class Validator(Protocol):
     saying why not. A pydantic model class may be given wherever a validator is expected."""
 
     def __call__(self, content: str) -> Any: ...
+
+
+class Equivalence(Protocol):
+    """Whether a cached answer (after its modifier) and a fresh answer to the same query say the
+    same thing: how a wrong-hit budget labels its tables. Both are answer texts.
+
+    Supplied per category or per call as validators are; the default is
+    :func:`~llmcache.same_answer` (equal JSON values, else equal texts up to whitespace and case).
+    """
+
+    def __call__(self, cached: str, fresh: str) -> bool: ...
 
 
 @dataclass

@@ -153,6 +153,8 @@ class CacheOptions(BaseModel):
     schema lists this query's allowed answers, say): added to every request the call sends,
     kept out of the table key, so that queries of one template share a table; a keyword
     argument of ``create`` may not also be a constraint.
+    ``wrong_hit_budget`` and ``equivalence`` are this call's own (see
+    :class:`~llmcache.CacheConfig`).
     Fields left ``None`` take the category's policy, then the cache's defaults.
     Unknown fields and values of the wrong type are refused with a pydantic
     ``ValidationError`` (a ``ValueError``), as every other bad option is.
@@ -174,6 +176,8 @@ class CacheOptions(BaseModel):
     threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
     modifier: Any = None  # a Modifier; Any because Protocols are not pydantic types
     validator: Any = None  # a Validator, a pydantic model class, or None
+    wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
+    equivalence: Any = None  # an Equivalence, or None
     metadata: dict[str, Any] = Field(default_factory=dict)
     # Request parameters of this query alone (e.g. a response_format whose JSON schema lists
     # this query's allowed places): sent with every request the call makes, recorded, and never
@@ -361,6 +365,13 @@ class CallInfo(BaseModel):
     ``embed_tokens``/``embed_usd`` to embedding the query (only a paid embedder costs money).
     ``corrupt_dropped`` counts damaged entries the lookup met (each evicted); ``store_failed``
     and ``record_failed`` say the answer was returned but could not be stored or recorded.
+
+    Under a wrong-hit budget (``wrong_hit_budget``, the δ in force), ``threshold`` is the
+    learned one; ``explored`` says a would-be hit was also sent to the LLM to label it (the
+    paid answer is served, so ``outcome`` is ``miss``), and ``explore_tokens``/``explore_usd``
+    what that cost (inside ``usage``/``cost_usd``). ``label`` is the label this call gave its
+    table: ``True`` when the nearest entry's answer agreed with the LLM's, ``False`` when it
+    did not or failed the query's validator, ``None`` when the call gave none.
     """
 
     outcome: Outcome
@@ -386,4 +397,9 @@ class CallInfo(BaseModel):
     corrupt_dropped: int = 0
     store_failed: bool = False
     record_failed: bool = False
+    wrong_hit_budget: float | None = None
+    explored: bool = False
+    explore_tokens: int = 0
+    explore_usd: float = 0.0
+    label: bool | None = None
     latency_s: float = 0.0

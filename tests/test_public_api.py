@@ -76,6 +76,7 @@ EXPECTED_PUBLIC_NAMES = {
     "Embedder",
     "EmbedderError",
     "EmbedderMismatchError",
+    "Equivalence",
     "ExactIndex",
     "FilledPrompt",
     "HnswIndex",
@@ -112,6 +113,7 @@ EXPECTED_PUBLIC_NAMES = {
     "embedding_text",
     "messages_text",
     "read_records",
+    "same_answer",
     "transfer",
 }
 
