@@ -7,6 +7,9 @@ names its pair), then every ``b`` is asked through ``CachedLLM`` (online mode, s
 answered and stored like any miss). The answer to ``b`` is its pair's answer when the pair is a
 duplicate and an answer of its own when not, so a hit is *correct* when the served answer is
 the true one and *wrong* otherwise (its non-duplicate partner, or any other stored question).
+Questions joined by duplicate labels, and the same words asked twice, share one answer; two
+questions nobody labelled are taken to differ (the labels are incomplete, so a few "wrong" hits
+may be right).
 
 Operating points: static cosine thresholds, and ``wrong_hit_budget`` at several δ. The budget
 learns as the stream goes (labels from misses, explorations); figures are given over the whole
@@ -97,6 +100,25 @@ def embeddings(texts: list[str]) -> tuple[str, dict[str, NDArray[np.float32]]]:
     return model.model_id, dict(zip(unique, vectors, strict=True))
 
 
+def _answers(pairs: list[dict[str, Any]]) -> dict[str, str]:
+    """The true answer of every question of the sample: questions joined by a duplicate label
+    (directly or through others) share one, every other question has its own."""
+    parent: dict[str, str] = {}
+
+    def root(q: str) -> str:
+        parent.setdefault(q, q)
+        while parent[q] != q:
+            parent[q] = parent[parent[q]]
+            q = parent[q]
+        return q
+
+    for pair in pairs:
+        a, b = root(pair["a"]), root(pair["b"])
+        if pair["duplicate"] and a != b:
+            parent[b] = a
+    return {q: f"the answer to {root(q)!r}" for q in parent}
+
+
 def run(
     pairs: list[dict[str, Any]],
     embedder: Precomputed,
@@ -105,11 +127,14 @@ def run(
     threshold: float | None = None,
     budget: float | None = None,
 ) -> dict[str, Any]:
-    # The fake LLM knows each question's true answer by the id in its message.
+    # The fake LLM knows each question's true answer by the id in its message. One answer per
+    # question, shared by its labelled duplicates and by the same words asked again (a question
+    # that is word for word another pair's is the same question, and hitting it is right).
+    answers = _answers(pairs)
     truth: dict[str, str] = {}
     for i, pair in enumerate(pairs):
-        truth[f"{i}a"] = f"pair {i}"
-        truth[f"{i}b"] = f"pair {i}" if pair["duplicate"] else f"pair {i}, other question"
+        truth[f"{i}a"] = answers[pair["a"]]
+        truth[f"{i}b"] = answers[pair["b"]]
 
     def answer(request: dict[str, Any]) -> str:
         return truth[request["messages"][0]["content"].rsplit("#", 1)[1]]
