@@ -720,6 +720,14 @@ class _Call:
             if isinstance(exc.usage, Usage):
                 self.info.usage = self.info.usage + exc.usage
                 self.info.cost_usd += exc.cost_usd
+                self._explored_cost(exc.usage, exc.cost_usd)
+            if self._explore is not None:
+                # Exploring a hit whose cached answer is valid: the LLM giving none is no reason
+                # to fail the call. Serve the cached answer (the exploration was paid, but it
+                # taught nothing: no label).
+                candidate, adapted = self._explore
+                self._mark_hit(candidate.entry, adapted.modifier)
+                return self.shape.rebuild(candidate.entry, adapted.content, adapted.usage)
             self._settle()
             self._account()
             raise

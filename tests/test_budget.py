@@ -142,6 +142,24 @@ def test_a_would_be_hit_is_explored_the_paid_answer_served_and_labelled(tmp_path
     assert stats.explore_tokens == info.explore_tokens * 2
 
 
+def test_an_explored_hit_whose_llm_answer_never_validates_serves_the_cached_one(
+    tmp_path: Path,
+) -> None:
+    client = _client(tmp_path, scripted(["3", "12"]), wrong_hit_budget=0.02, max_attempts=2)
+    _ask(client, ["tree idle"], mode=Mode.COLLECT)
+
+    def one_to_ten(text: str) -> str:
+        if not 1 <= int(text) <= 10:
+            raise ValueError("out of range")
+        return text
+
+    # The would-be hit is explored; the LLM answers 12, twice: invalid. The cached 3 is served.
+    content, info = _ask(client, ["tree idle"], validator=one_to_ten)
+    assert (content, info.outcome, info.explored, info.label) == ("3", "hit", True, None)
+    assert info.explore_tokens > 0 and info.cost_usd > 0  # the exploration was paid for
+    assert client.cache.stats().tables[0].labels == 0  # and taught nothing
+
+
 def test_a_miss_labels_its_nearest_entry_for_free(tmp_path: Path) -> None:
     fake_answers = scripted(["3", "3"])
     client = _client(tmp_path, fake_answers, wrong_hit_budget=0.02)
