@@ -1,11 +1,16 @@
 """Embedder throughput and latency: the local MiniLM (int8 ONNX) against the hash test double.
 
     python benchmarks/bench_embedder.py [--threads N] [--texts N] [--latency-samples N]
+                                        [--callers 8]
 
 Measures the model's load time, throughput (texts/s) on short prompts (~8 words, like the
 thesis's keyword strings) and on ~200-token texts (like full-mode prompts) at several call
 batch sizes, and the p50/p99 latency of embedding one short text. Texts are all distinct and
 generated from a fixed seed, so runs are comparable.
+
+Then concurrent callers: ``--callers`` threads each embed one short text per call (as agents
+asking at once do), through the model directly and through ``BatchingEmbedder``; the ratio of
+the two throughputs, measured in one run, is what micro-batching buys.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import os
 import platform
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from llmcache import Embedder, MiniLMEmbedder
+from llmcache import BatchingEmbedder, Embedder, MiniLMEmbedder
 from llmcache.testing import HashEmbedder
 
 NAMES = [
@@ -115,12 +121,33 @@ def latencies_ms(embed_one: Callable[[str], object], texts: list[str]) -> tuple[
     return float(p50), float(p99)
 
 
+def concurrent_throughput(embedder: Embedder, texts: list[str], callers: int) -> float:
+    """Texts per second when ``callers`` threads each embed their share one text per call."""
+    shares = [texts[i::callers] for i in range(callers)]
+    start_line = threading.Barrier(callers + 1)
+
+    def caller(share: list[str]) -> None:
+        start_line.wait()
+        for text in share:
+            embedder.embed([text])
+
+    threads = [threading.Thread(target=caller, args=(share,)) for share in shares]
+    for t in threads:
+        t.start()
+    start_line.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return len(texts) / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     parser.add_argument("--texts", type=int, default=256, help="texts per throughput run")
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--batch-sizes", default="1,32,64")
+    parser.add_argument("--callers", type=int, default=8, help="threads asking at once")
     args = parser.parse_args()
     batches = [int(b) for b in args.batch_sizes.split(",")]
 
@@ -169,6 +196,17 @@ def main() -> None:
         f"MiniLM batching gain (short, b={batches[-1]} vs b={batches[0]}): "
         f"{m['short'][-1] / m['short'][0]:.1f}x; short/long speed ratio at b={batches[-1]}: "
         f"{m['short'][-1] / m['~200t'][-1]:.1f}x"
+    )
+    print()
+    crowd = short_texts(args.texts, random.Random(2))
+    concurrent_throughput(minilm, crowd[: args.callers * 2], args.callers)  # warm-up
+    alone = concurrent_throughput(minilm, crowd, args.callers)
+    batching = BatchingEmbedder(minilm)
+    together = concurrent_throughput(batching, crowd, args.callers)
+    print(
+        f"{args.callers} callers, one short text per call: {alone:.0f} texts/s each on their "
+        f"own, {together:.0f} texts/s through BatchingEmbedder ({together / alone:.1f}x; "
+        f"{batching.texts / max(batching.calls, 1):.1f} texts per model call)"
     )
 
 
