@@ -400,8 +400,9 @@ class CallInfo(BaseModel):
     did not or failed the query's validator, ``None`` when the call gave none.
 
     With a verifier (docs/wrong-hit-budget.md), ``verified`` is its verdict on this call's
-    near miss (``True``: served as a hit; ``False``: refused, the call a miss; ``None``: not
-    asked, or asked off the request path), ``verify_failed`` says the verifier raised (the
+    near miss (``True``: served as a hit, unless the cached answer then failed the query's
+    validator; ``False``: refused, the call a miss; ``None``: not asked, or asked off the
+    request path), ``verify_failed`` says the verifier raised (the
     call went on as a miss) and ``verify_queued`` that the near miss waits for a verification
     off the request path. ``verify_tokens``/``verify_usd`` are what asking cost on the request
     path (inside ``usage``/``cost_usd``).
