@@ -326,3 +326,22 @@ def test_llm_verifier_in_a_cache_counts_its_cost(tmp_path: Path) -> None:
     content, info = _ask(client, "0.85/3")
     assert (content, info.outcome, info.verified) == ("cached", "hit", True)
     assert info.verify_tokens > 0 and info.verify_usd > 0
+
+
+def _stream(client: CachedLLM, text: str) -> tuple[str, Any]:
+    stream = client.chat.completions.create(
+        model="m", messages=MSGS, stream=True, cache=CacheOptions(category="qa", keywords=[text])
+    )
+    content = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    return content, stream.cache_info
+
+
+def test_a_streamed_near_miss_is_verified_on_the_path_or_after_the_stream(tmp_path: Path) -> None:
+    on_path = _seeded(tmp_path / "a", verifier=ScriptedVerifier(lambda query, cached: True))
+    content, info = _stream(on_path, "0.85/3")
+    assert (content, info.outcome, info.verified) == ("cached", "hit", True)
+    verifier = ScriptedVerifier(lambda query, cached: True)
+    off_path = _seeded(tmp_path / "b", verifier=verifier, verify_path="background")
+    content, info = _stream(off_path, "0.85/3")
+    assert (content, info.outcome, info.verify_queued) == ("fresh", "miss", True)
+    assert off_path.cache.wait_for_verifications(timeout=10) and len(verifier.calls) == 1
