@@ -23,15 +23,26 @@ Two streams: ``mixed``, the sample as drawn (duplicates and hard non-duplicates)
 ``paraphrases``, its duplicate pairs alone (the issue's setting: a wrong hit is then a hit on
 another stored question).
 
+With ``--verifier``, operating points that re-score near misses (a nearest entry in the band
+``[threshold - band, threshold)``) are added: on the request path (a yes is served as a hit)
+and, under a budget, off it (the verdicts become the table's labels). ``llm`` is
+:class:`llmcache.LLMVerifier` on the LLM of ``llmcache.llm.open_llm()`` (the local server by
+default; ``--verifier-model``, else the backend's superior model: a 135M model is no judge);
+``oracle`` knows the true answers (the ceiling a perfect verifier would reach, at no cost).
+``vf`` counts verifier calls, ``ms/vf`` is one call's mean wall time and ``+ms/look`` the
+verifier's time on the request path per lookup: what verification adds to a lookup on average.
+
 Embeddings come from the default local MiniLM model and are kept in the temp directory between
 runs. Figures are development figures.
 
     .venv/bin/python benchmarks/bench_verification.py --pairs 3000 --warmup 1000
+    .venv/bin/python benchmarks/bench_verification.py --verifier llm --stream paraphrases
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import hashlib
 import json
@@ -41,7 +52,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -49,12 +60,60 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from llmcache import CacheConfig, CachedLLM, CacheOptions, MiniLMEmbedder, Mode, SemanticCache
+from llmcache import (
+    CacheConfig,
+    CachedLLM,
+    CacheOptions,
+    LLMVerifier,
+    MiniLMEmbedder,
+    Mode,
+    SemanticCache,
+    Verdict,
+    Verifier,
+)
 from llmcache.testing import FakeOpenAI
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "quora_pairs.jsonl.gz"
 STATIC = (0.80, 0.85, 0.90, 0.95)
 BUDGETS = (0.01, 0.02, 0.05)
+# Operating points with a verifier: (label, settings). The band reaches down to 0.80, where
+# plain cosine still finds the right entry for most paraphrases (issue 12's table).
+VERIFIED: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("0.95 +vf 0.15", {"threshold": 0.95, "verify_band": 0.15}),
+    ("0.90 +vf 0.10", {"threshold": 0.90, "verify_band": 0.10}),
+    ("d=0.01 +vf 0.17", {"budget": 0.01, "verify_band": 0.17}),
+    ("d=0.01 +vf bg", {"budget": 0.01, "verify_band": 0.17, "verify_path": "background"}),
+)
+
+# Makes the verifier of one run from the sample's true answers (only the oracle reads them).
+VerifierFactory = Callable[[dict[str, str]], Verifier]
+
+
+class Timed:
+    """A verifier's wall time and calls (the cache counts calls too, but not their time)."""
+
+    def __init__(self, inner: Verifier) -> None:
+        self.inner = inner
+        self.calls = 0
+        self.seconds = 0.0
+
+    def verify(self, query: str, cached: str, *, cosine: float) -> Verdict:
+        started = time.perf_counter()
+        try:
+            return self.inner.verify(query, cached, cosine=cosine)
+        finally:
+            self.calls += 1
+            self.seconds += time.perf_counter() - started
+
+
+class Oracle:
+    """The verifier that knows each question's true answer: the ceiling of verification."""
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        self.answers = answers
+
+    def verify(self, query: str, cached: str, *, cosine: float) -> Verdict:
+        return Verdict(same=self.answers.get(query) == self.answers.get(cached, ""))
 
 
 class Precomputed:
@@ -126,6 +185,9 @@ def run(
     *,
     threshold: float | None = None,
     budget: float | None = None,
+    verifier: VerifierFactory | None = None,
+    verify_band: float = 0.1,
+    verify_path: str = "request",
 ) -> dict[str, Any]:
     # The fake LLM knows each question's true answer by the id in its message. One answer per
     # question, shared by its labelled duplicates and by the same words asked again (a question
@@ -139,8 +201,13 @@ def run(
     def answer(request: dict[str, Any]) -> str:
         return truth[request["messages"][0]["content"].rsplit("#", 1)[1]]
 
+    timed = Timed(verifier(answers)) if verifier is not None else None
     config = CacheConfig(
-        threshold=threshold if threshold is not None else 0.9, wrong_hit_budget=budget
+        threshold=threshold if threshold is not None else 0.9,
+        wrong_hit_budget=budget,
+        verifier=timed,
+        verify_band=verify_band,
+        verify_path=verify_path,
     )
     with tempfile.TemporaryDirectory() as tmp:
         cache = SemanticCache(Path(tmp) / "c", embedder=embedder, config=config)
@@ -157,14 +224,21 @@ def run(
         for i, pair in enumerate(pairs):
             ask(pair["a"], f"{i}a", Mode.COLLECT)
         rows: list[tuple[str, bool, float, bool]] = []
+        on_path = 0.0  # the verifier's time inside the asks (request path only)
         for i, pair in enumerate(pairs):
+            before = timed.seconds if timed is not None and verify_path == "request" else 0.0
             started = time.perf_counter()
             content, info = ask(pair["b"], f"{i}b")
             elapsed = time.perf_counter() - started
+            if timed is not None and verify_path == "request":
+                on_path += timed.seconds - before
             kind = "miss"
             if info.outcome == "hit":
                 kind = "correct" if content == truth[f"{i}b"] else "wrong"
             rows.append((kind, info.explored, elapsed, info.outcome == "hit"))
+        # Off the path, what is still queued is verified before the figures are read (or
+        # dropped and counted when it takes longer than this).
+        cache.wait_for_verifications(timeout=600)
         stats = cache.stats().tables[0]
         cache.close()
 
@@ -179,15 +253,27 @@ def run(
             "ms_miss": 1000 * float(np.mean([r[2] for r in part if not r[3]] or [np.nan])),
         }
 
+    calls = timed.calls if timed is not None else 0
     return {
         "all": tally(rows),
         "after": tally(rows[warmup:]),
         "threshold": stats.threshold_in_force if budget is not None else threshold,
         "labels": stats.labels,
+        "vf_calls": calls,
+        "vf_yes": stats.verified_yes,
+        "vf_dropped": stats.verify_dropped,
+        "ms_vf": 1000 * timed.seconds / calls if timed is not None and calls else float("nan"),
+        "ms_added": 1000 * on_path / len(rows) if rows else 0.0,
     }
 
 
-def report(name: str, pairs: list[dict[str, Any]], embedder: Precomputed, warmup: int) -> None:
+def report(
+    name: str,
+    pairs: list[dict[str, Any]],
+    embedder: Precomputed,
+    warmup: int,
+    verifier: VerifierFactory | None = None,
+) -> None:
     duplicates = sum(p["duplicate"] for p in pairs)
     print(f"\n{name}: {len(pairs)} pairs ({duplicates} duplicates), warm-up {warmup} asks")
     header = (
@@ -195,21 +281,33 @@ def report(name: str, pairs: list[dict[str, Any]], embedder: Precomputed, warmup
         f"{'wrong%':>6} {'expl':>4} | after warm-up {'correct':>7} {'wrong':>5} {'miss':>5} "
         f"{'wrong%':>6} {'expl':>4} | {'ms/hit':>6} {'ms/miss':>7}"
     )
+    if verifier is not None:
+        header += f" | {'vf':>5} {'yes':>5} {'drop':>4} {'ms/vf':>7} {'+ms/look':>8}"
     print(header)
     print("-" * len(header))
     points: list[tuple[str, dict[str, Any]]] = [
         (f"cos >= {t:.2f}", {"threshold": t}) for t in STATIC
     ] + [(f"budget d={d:.2f}", {"budget": d}) for d in BUDGETS]
+    if verifier is not None:
+        points += [(label, {**kwargs, "verifier": verifier}) for label, kwargs in VERIFIED]
     for label, kwargs in points:
         result = run(pairs, embedder, warmup, **kwargs)
         a, w = result["all"], result["after"]
-        print(
+        line = (
             f"{label:<15} {result['threshold']:>6.3f} | {a['correct']:>7} {a['wrong']:>5} "
             f"{a['miss']:>5} {100 * a['wrong_rate']:>5.1f}% {a['explored']:>4} | "
             f"{'':>13} {w['correct']:>7} {w['wrong']:>5} {w['miss']:>5} "
             f"{100 * w['wrong_rate']:>5.1f}% {w['explored']:>4} | "
             f"{a['ms_hit']:>6.2f} {a['ms_miss']:>7.2f}"
         )
+        if verifier is not None and "verifier" not in kwargs:
+            line += f" | {'-':>5} {'-':>5} {'-':>4} {'-':>7} {'-':>8}"
+        elif verifier is not None:
+            line += (
+                f" | {result['vf_calls']:>5} {result['vf_yes']:>5} {result['vf_dropped']:>4} "
+                f"{result['ms_vf']:>7.1f} {result['ms_added']:>8.2f}"
+            )
+        print(line)
         sys.stdout.flush()
 
 
@@ -219,6 +317,19 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--verifier",
+        choices=("none", "llm", "oracle"),
+        default="none",
+        help="add operating points that verify near misses (llm: llmcache.llm.open_llm())",
+    )
+    parser.add_argument(
+        "--verifier-model",
+        help="the LLM verifier's model (default: the backend's superior model)",
+    )
+    parser.add_argument(
+        "--stream", choices=("both", "mixed", "paraphrases"), default="both", help="which streams"
+    )
     args = parser.parse_args()
     if not args.data.exists():
         print(
@@ -235,12 +346,35 @@ def main() -> int:
         f"load {os.getloadavg()[0]:.1f}; {model_id}; sample seed {args.seed}. "
         "Development figures."
     )
-    report("mixed", pairs, embedder, args.warmup)
-    paraphrases = [p for p in pairs if p["duplicate"]]
-    report("paraphrases", paraphrases, embedder, min(args.warmup, len(paraphrases) // 3))
+    with contextlib.ExitStack() as stack:
+        verifier: VerifierFactory | None = None
+        if args.verifier == "oracle":
+            verifier = Oracle
+        elif args.verifier == "llm":
+            from llmcache.llm import open_llm
+
+            conn = stack.enter_context(open_llm())
+            judge = LLMVerifier(conn.client, args.verifier_model or conn.backend.superior_model)
+            print(f"verifier: LLMVerifier, model {judge.model} at {conn.base_url}")
+
+            def verifier(answers: dict[str, str]) -> Verifier:
+                return judge
+
+        if args.stream in ("both", "mixed"):
+            report("mixed", pairs, embedder, args.warmup, verifier)
+        paraphrases = [p for p in pairs if p["duplicate"]]
+        if args.stream in ("both", "paraphrases"):
+            warmup = min(args.warmup, len(paraphrases) // 3)
+            report("paraphrases", paraphrases, embedder, warmup, verifier)
     print(
         "\nthresh: the static threshold, or the budget's learned one at the end of the stream "
         "(1.000: exact repeats only); expl: would-be hits explored (paid, served as misses)"
+        + (
+            "; vf: verifier calls, yes: its yeses, drop: dropped unverified (off the path), "
+            "ms/vf: one call, +ms/look: verifier time on the request path per lookup"
+            if args.verifier != "none"
+            else ""
+        )
     )
     return 0
 

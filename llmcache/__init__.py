@@ -30,6 +30,7 @@ from ._errors import (
 from ._index import ExactIndex, HnswIndex
 from ._keys import embedding_text, messages_text
 from ._ledger import CacheStats, Price, PriceTable, TableStats
+from ._llm_verifier import LLMVerifier
 from ._manifest import Manifest
 from ._modifiers import Choose, Read, Revise
 from ._pg import PgBackend
@@ -42,6 +43,7 @@ from ._protocols import (
     ModifyContext,
     Validator,
     VectorIndex,
+    Verifier,
 )
 from ._recorder import RecordedCall, Recorder, read_records
 from ._template import FilledPrompt, PromptTemplate
@@ -57,6 +59,7 @@ from ._types import (
     Partition,
     Similarity,
     Usage,
+    Verdict,
 )
 
 __version__ = "0.1.0"
@@ -88,6 +91,7 @@ __all__ = [
     "HnswIndex",
     "InvalidResponseError",
     "LLMCacheError",
+    "LLMVerifier",
     "Limits",
     "LocalBackend",
     "Manifest",
@@ -113,6 +117,8 @@ __all__ = [
     "Usage",
     "Validator",
     "VectorIndex",
+    "Verdict",
+    "Verifier",
     "__version__",
     "default_embedder",
     "embedding_text",

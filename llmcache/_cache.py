@@ -30,6 +30,7 @@ from ._types import (
     Similarity,
     Usage,
 )
+from ._verify import VerifyQueue
 
 __all__ = ["DEFAULT_CACHE_DIR_ENV", "SemanticCache", "open_backend"]
 
@@ -105,13 +106,15 @@ def default_embedder() -> Embedder:
 @dataclass
 class _Tables:
     """What every view of one open cache shares (see :meth:`SemanticCache.with_config`): the
-    backend, the ledger's pending counters, the misses in flight and the bounds recorded in
-    the store when it was opened."""
+    backend, the ledger's pending counters, the wrong-hit budget's labels, the near misses
+    waiting for verification, the misses in flight and the bounds recorded in the store when
+    it was opened."""
 
     backend: CacheBackend
     ledger: Ledger
     stored_limits: Limits | None
     book: BudgetBook
+    verifications: VerifyQueue
     inflight: dict[tuple[str, str], threading.Event] = field(default_factory=dict)
     inflight_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -153,6 +156,7 @@ class SemanticCache:
         self.backend: CacheBackend = self._tables.backend
         self.ledger: Ledger = self._tables.ledger
         self.budget: BudgetBook = self._tables.book
+        self.verifications: VerifyQueue = self._tables.verifications
 
     def _open(self, location: str | os.PathLike[str] | CacheBackend | None) -> _Tables:
         backend = open_backend(location)
@@ -163,7 +167,8 @@ class SemanticCache:
             backend.close()
             raise
         ledger = Ledger(backend)
-        return _Tables(backend, ledger, stored_limits, BudgetBook(backend, ledger))
+        book = BudgetBook(backend, ledger)
+        return _Tables(backend, ledger, stored_limits, book, VerifyQueue(ledger, book, self.prices))
 
     # -- views -------------------------------------------------------------------------------
 
@@ -421,6 +426,12 @@ class SemanticCache:
         entries, size = backend.usage()
         return stats.model_copy(update={"limits": self.limits, "entries": entries, "bytes": size})
 
+    def wait_for_verifications(self, timeout: float | None = None) -> bool:
+        """Wait until the near misses queued for verification off the request path
+        (``verify_path="background"``) are verified; ``True`` when none is left. Closing the
+        cache does not wait for them: those still queued are dropped and counted."""
+        return self.verifications.wait(timeout)
+
     # -- lifetime ----------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -428,6 +439,8 @@ class SemanticCache:
             return
         self._closed = True
         try:
+            # Before the counters' last flush, so that what it drops is counted.
+            self.verifications.close()
             self.ledger.flush()
         finally:
             self.backend.close()

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ._types import CacheOptions, EmbedMode, Mode, refuse_unknown_fields
+from ._types import CacheOptions, EmbedMode, Mode, VerifyPath, refuse_unknown_fields
 
 __all__ = ["CacheConfig", "CategoryPolicy", "Limits", "ResolvedPolicy"]
 
@@ -46,8 +46,8 @@ class CategoryPolicy(BaseModel):
 
     ``threshold`` is a raw cosine (see :class:`~llmcache.Similarity`). ``bypass`` skips lookup
     and storage but still validates, retries and records the call (dialogue categories in the
-    thesis bypass the cache this way). ``wrong_hit_budget`` and ``equivalence``: see
-    :class:`CacheConfig`.
+    thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``verifier``,
+    ``verify_band`` and ``verify_path``: see :class:`CacheConfig`.
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -66,6 +66,9 @@ class CategoryPolicy(BaseModel):
     bypass: bool = False
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
     equivalence: Any = None  # an Equivalence; Any because Protocols are not pydantic types
+    verifier: Any = None  # a Verifier
+    verify_band: float | None = Field(default=None, gt=0.0, le=1.0)
+    verify_path: VerifyPath | None = None
 
 
 class CacheConfig(BaseModel):
@@ -87,6 +90,15 @@ class CacheConfig(BaseModel):
     wrong hits stays at or under δ (docs/wrong-hit-budget.md). Labels compare a cached answer
     with a fresh one by the category's ``equivalence`` (an :class:`~llmcache.Equivalence`;
     default :func:`~llmcache.same_answer`). Categories and calls may set their own of both.
+
+    ``verifier`` (a :class:`~llmcache.Verifier`, e.g. :class:`~llmcache.LLMVerifier`; ``None``:
+    off) re-scores, in ``online`` mode, a *near miss*: a nearest entry whose cosine lies in
+    ``[threshold - verify_band, threshold)``, the threshold being the one in force (static or
+    learned). ``verify_path="request"`` asks before answering: a yes is served as a hit, a no
+    is a miss. ``"background"`` answers the miss as usual and asks afterwards in a worker
+    thread. Either way the verdict is a label of the table (a yes at cosine ``c`` a right one,
+    a no a wrong one), so under a budget verdicts move the learned threshold. Categories and
+    calls may set their own of all three.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -109,6 +121,9 @@ class CacheConfig(BaseModel):
     max_bytes: int | None = Field(default=None, ge=1)
     ttl_seconds: float | None = Field(default=None, gt=0)
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
+    verifier: Any = None  # a Verifier; Any because Protocols are not pydantic types
+    verify_band: float = Field(default=0.1, gt=0.0, le=1.0)
+    verify_path: VerifyPath = "request"
 
     @property
     def limits(self) -> Limits:
@@ -153,7 +168,15 @@ class CacheConfig(BaseModel):
             equivalence=(
                 options.equivalence if options.equivalence is not None else policy.equivalence
             ),
+            verifier=_first(options.verifier, policy.verifier, self.verifier),
+            verify_band=_first(options.verify_band, policy.verify_band, self.verify_band),
+            verify_path=_first(options.verify_path, policy.verify_path, self.verify_path),
         )
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is set: the call's, then the category's, then the cache's."""
+    return next((value for value in values if value is not None), None)
 
 
 class ResolvedPolicy(BaseModel):
@@ -169,3 +192,6 @@ class ResolvedPolicy(BaseModel):
     bypass: bool
     wrong_hit_budget: float | None = None
     equivalence: Any = None
+    verifier: Any = None
+    verify_band: float = 0.1
+    verify_path: VerifyPath = "request"

@@ -49,8 +49,10 @@ from ._types import (
     Mode,
     Partition,
     Usage,
+    Verdict,
 )
 from ._validation import CheckFn, as_validator, check
+from ._verify import VerifyJob, ask_verifier, verdict_cost
 
 __all__ = [
     "CHAT",
@@ -450,6 +452,11 @@ class _Call:
         # the LLM gives (see _budget.py).
         self._explore: tuple[Candidate, Adapted] | None = None
         self._near: Candidate | None = None
+        # With a verifier: the entries this call already asked about (a second lookup after
+        # another thread's miss must not ask again), and the near miss to verify off the
+        # request path once the miss is answered.
+        self._asked_about: set[int] = set()
+        self._verify_later: Candidate | None = None
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -566,7 +573,76 @@ class _Call:
             )
             return self._serve(best, explore=explore)
         self._near = best
+        if self._is_near_miss(best, threshold):
+            self._asked_about.add(best.entry.id)
+            if self.policy.verify_path == "request":
+                return self._verify_now(best)
+            self._verify_later = best
         return None
+
+    # -- verification of near misses (see _verify.py) ----------------------------------------
+
+    def _is_near_miss(self, candidate: Candidate, threshold: float) -> bool:
+        """Whether a verifier is to judge ``candidate``: one is in force, the candidate lies in
+        the band under the threshold, and this call has not asked about it yet."""
+        return (
+            self.policy.verifier is not None
+            and candidate.similarity.cosine >= threshold - self.policy.verify_band
+            and candidate.entry.id not in self._asked_about
+        )
+
+    def _verify_now(self, candidate: Candidate) -> Any:
+        """On the request path: serve the near miss when the verifier says it answers the
+        query (and it passes the query's validator), else go on to the miss. The verdict is
+        the call's label; a verifier that fails makes a counted miss."""
+        verdict = self._ask(candidate)
+        if verdict is None:
+            return None
+        self.info.verified = verdict.same
+        if not verdict.same:
+            self._label(candidate, False)
+            return None
+        served = self._serve(candidate)
+        if served is not None:
+            self._label(candidate, True)
+        return served
+
+    def _ask(self, candidate: Candidate) -> Verdict | None:
+        try:
+            verdict = ask_verifier(
+                self.policy.verifier,
+                self.info.embed_text or "",
+                candidate.entry.embed_text,
+                candidate.similarity.cosine,
+            )
+        except Exception:
+            # Whatever the verifier raises (its LLM's errors included) never reaches the
+            # caller: the near miss is answered as the miss it is, and the failure counted.
+            logger.warning("the verifier failed; answering the near miss as a miss", exc_info=True)
+            self.info.verify_failed = True
+            return None
+        usd = verdict_cost(self.cache.prices, verdict)
+        self.info.usage = self.info.usage + verdict.usage
+        self.info.cost_usd += usd
+        self.info.verify_tokens += verdict.usage.total_tokens
+        self.info.verify_usd += usd
+        return verdict
+
+    def _queue_verification(self) -> None:
+        """Off the request path: hand the near miss of an answered (and stored) miss to the
+        cache's worker, whose verdict becomes the table's label."""
+        candidate = self._verify_later
+        if candidate is None or self.info.outcome != "miss":
+            return
+        self.info.verify_queued = True
+        job = VerifyJob(
+            key=self.stats_key,
+            verifier=self.policy.verifier,
+            query=self.info.embed_text or "",
+            cached=candidate.entry.embed_text,
+            cosine=candidate.similarity.cosine,
+        )
+        self.cache.verifications.submit(job)
 
     def _threshold(self, budget: float | None) -> float:
         """The threshold in force: the static one, or the one learned under a budget."""
@@ -597,6 +673,10 @@ class _Call:
         """Under a budget, label the explored hit or the miss's nearest entry by comparing its
         answer with the one the LLM just gave (``fresh``, valid)."""
         if self.policy.wrong_hit_budget is None or self.info.label is not None or fresh is None:
+            return
+        if self._verify_later is not None:
+            # A near miss waiting for the verifier off the request path: its verdict is the
+            # label (in the band the verifier judges; comparing answers is for the rest).
             return
         if self._explore is not None:
             candidate, adapted = self._explore
@@ -809,6 +889,7 @@ class _Call:
         }
 
     def _finish(self, completion: Any) -> tuple[Any, CallInfo]:
+        self._queue_verification()
         self._settle()
         self._record(
             lambda: RecordedCall.from_info(

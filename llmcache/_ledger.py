@@ -22,7 +22,15 @@ from ._config import Limits
 from ._protocols import CacheBackend
 from ._types import CallInfo, Partition, Usage
 
-__all__ = ["CacheStats", "Ledger", "Price", "PriceTable", "TableStats", "info_stats_key"]
+__all__ = [
+    "CacheStats",
+    "Ledger",
+    "Price",
+    "PriceTable",
+    "TableStats",
+    "info_stats_key",
+    "verify_counters",
+]
 
 logger = logging.getLogger("llmcache")
 
@@ -127,6 +135,23 @@ def counter_merge_sql(name: str, old: str, new: str) -> str:
     return f"CASE {cases} ELSE {old} + {new} END"
 
 
+def verify_counters(
+    *, verified: bool | None = None, failed: bool = False, tokens: int = 0, usd: float = 0.0
+) -> dict[str, float]:
+    """The counters of one verification, on the request path or off it: asked (``verified``
+    the verdict, ``failed`` when the verifier raised) and what asking cost."""
+    if verified is None and not failed:
+        return {}
+    return {
+        "vf_calls": 1,
+        "vf_yes": int(verified is True),
+        "vf_no": int(verified is False),
+        "vf_failed": int(failed),
+        "vf_tokens": tokens,
+        "vf_usd": usd,
+    }
+
+
 class TableStats(BaseModel):
     """Counters of one table (category × agent × request parameters)."""
 
@@ -172,6 +197,15 @@ class TableStats(BaseModel):
     labels_in_force: int = 0  # labels at or above the threshold in force
     wrong_rate: float | None = None  # wrong among them: the estimated wrong-hit rate
     wrong_rate_ci: tuple[float, float] | None = None  # its two-sided 95% Wilson interval
+    # Verification of near misses (see docs/wrong-hit-budget.md), on the request path and off.
+    verifications: int = 0  # the verifier asked (answered or failed)
+    verified_yes: int = 0
+    verified_no: int = 0
+    verify_failed: int = 0  # the verifier raised: the call went on as a miss
+    verify_queued: int = 0  # near misses queued for verification off the request path
+    verify_dropped: int = 0  # queued but never verified (queue full, cache closed)
+    verify_tokens: int = 0  # what asking cost (also inside tokens_spent / usd_spent)
+    verify_usd: float = 0.0
 
     @property
     def hit_rate(self) -> float:
@@ -221,6 +255,14 @@ class TableStats(BaseModel):
                 for k, v in c.items()
                 if k.startswith("modifier_")
             },
+            verifications=int(c.get("vf_calls", 0)),
+            verified_yes=int(c.get("vf_yes", 0)),
+            verified_no=int(c.get("vf_no", 0)),
+            verify_failed=int(c.get("vf_failed", 0)),
+            verify_queued=int(c.get("vf_queued", 0)),
+            verify_dropped=int(c.get("vf_dropped", 0)),
+            verify_tokens=int(c.get("vf_tokens", 0)),
+            verify_usd=c.get("vf_usd", 0.0),
         )
 
 
@@ -243,9 +285,11 @@ class CacheStats(BaseModel):
                 "store_failures", "record_failures", "evicted", "expired", "attempts",
                 "escalations", "tokens_spent",
                 "tokens_avoided", "revise_tokens", "embed_tokens",
+                "verifications", "verified_yes", "verified_no", "verify_failed",
+                "verify_queued", "verify_dropped", "verify_tokens",
             ):  # fmt: skip
                 setattr(total, name, getattr(total, name) + getattr(t, name))
-            for name in ("usd_spent", "usd_avoided", "revise_usd", "embed_usd"):
+            for name in ("usd_spent", "usd_avoided", "revise_usd", "embed_usd", "verify_usd"):
                 setattr(total, name, getattr(total, name) + getattr(t, name))
             total.similarity_hist = [
                 a + b for a, b in zip(total.similarity_hist, t.similarity_hist, strict=False)
@@ -293,6 +337,20 @@ class CacheStats(BaseModel):
                     f"{t.category[:26]:<26} {t.agent[:16]:<16} {budget:>6} {thresh:>6} "
                     f"{t.labels:>7} {t.labels_wrong:>6} {est:>22} {t.explored:>8} "
                     f"{t.explore_usd:>10.6f}"
+                )
+        verifying = [t for t in rows if t.verifications or t.verify_queued]
+        if verifying:
+            # Only when a verifier was used: the table above stays the whole output otherwise.
+            lines.append(
+                f"{'verification':<26} {'agent':<16} {'asked':>7} {'yes':>6} {'no':>6} "
+                f"{'failed':>6} {'queued':>6} {'dropped':>7} {'tokens':>10} {'verify $':>10}"
+            )
+            for t in verifying:
+                lines.append(
+                    f"{t.category[:26]:<26} {t.agent[:16]:<16} {t.verifications:>7} "
+                    f"{t.verified_yes:>6} {t.verified_no:>6} {t.verify_failed:>6} "
+                    f"{t.verify_queued:>6} {t.verify_dropped:>7} {t.verify_tokens:>10} "
+                    f"{t.verify_usd:>10.6f}"
                 )
         if self.limits is not None and self.limits.bounded:
             # Only for a bounded cache: the table above stays the whole output otherwise.
@@ -348,6 +406,14 @@ class Ledger:
         if info.revise_tokens:
             delta |= {"revise_tokens": info.revise_tokens, "revise_usd": info.revise_usd}
         delta |= {"embed_tokens": info.embed_tokens, "embed_usd": info.embed_usd}
+        delta |= verify_counters(
+            verified=info.verified,
+            failed=info.verify_failed,
+            tokens=info.verify_tokens,
+            usd=info.verify_usd,
+        )
+        if info.verify_queued:
+            delta["vf_queued"] = 1
         if info.explored:
             # Exploration's own figures (also inside the spent ones): what the budget costs.
             delta |= {

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from ._config import Limits
 from ._manifest import Manifest
-from ._types import CacheEntry, CacheOptions, Candidate, Partition, Usage
+from ._types import CacheEntry, CacheOptions, Candidate, Partition, Usage, Verdict
 
 __all__ = [
     "BoundedBackend",
@@ -36,6 +36,7 @@ __all__ = [
     "ModifyContext",
     "Validator",
     "VectorIndex",
+    "Verifier",
 ]
 
 
@@ -212,6 +213,23 @@ class Equivalence(Protocol):
     """
 
     def __call__(self, cached: str, fresh: str) -> bool: ...
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Says whether a cached entry answers a new query, where the embedding alone is unsure.
+
+    Asked about a *near miss*: the nearest entry of a table whose cosine lies in the band just
+    under the threshold in force (``verify_band``). ``query`` and ``cached`` are the two
+    embedding texts (the keywords in keyword mode, the canonical messages in full mode),
+    ``cosine`` their similarity. A verifier that fails raises: the call is then a counted miss.
+    :class:`~llmcache.LLMVerifier` asks any OpenAI-compatible chat model.
+
+    It may be called from several threads at once, and off the request path from a worker
+    thread of the cache.
+    """
+
+    def verify(self, query: str, cached: str, *, cosine: float) -> Verdict: ...
 
 
 @dataclass

@@ -30,6 +30,8 @@ __all__ = [
     "Partition",
     "Similarity",
     "Usage",
+    "Verdict",
+    "VerifyPath",
     "canonical_json",
     "checksum_problem",
     "entry_checksum",
@@ -94,6 +96,12 @@ class EmbedMode(str, Enum):
     FULL = "full"
 
 
+#: Where a near miss is verified: ``request`` asks the verifier before answering (a yes is
+#: served as a hit); ``background`` answers the miss as usual and verifies afterwards, off the
+#: request path, the verdict becoming a label of the table.
+VerifyPath = Literal["request", "background"]
+
+
 class Similarity(BaseModel):
     """One similarity, on both scales in use.
 
@@ -153,8 +161,8 @@ class CacheOptions(BaseModel):
     schema lists this query's allowed answers, say): added to every request the call sends,
     kept out of the table key, so that queries of one template share a table; a keyword
     argument of ``create`` may not also be a constraint.
-    ``wrong_hit_budget`` and ``equivalence`` are this call's own (see
-    :class:`~llmcache.CacheConfig`).
+    ``wrong_hit_budget``, ``equivalence``, ``verifier``, ``verify_band`` and ``verify_path``
+    are this call's own (see :class:`~llmcache.CacheConfig`).
     Fields left ``None`` take the category's policy, then the cache's defaults.
     Unknown fields and values of the wrong type are refused with a pydantic
     ``ValidationError`` (a ``ValueError``), as every other bad option is.
@@ -178,6 +186,9 @@ class CacheOptions(BaseModel):
     validator: Any = None  # a Validator, a pydantic model class, or None
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
     equivalence: Any = None  # an Equivalence, or None
+    verifier: Any = None  # a Verifier, or None
+    verify_band: float | None = Field(default=None, gt=0.0, le=1.0)
+    verify_path: VerifyPath | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     # Request parameters of this query alone (e.g. a response_format whose JSON schema lists
     # this query's allowed places): sent with every request the call makes, recorded, and never
@@ -347,6 +358,21 @@ class Adapted(BaseModel):
     cost_usd: float = 0.0
 
 
+class Verdict(BaseModel):
+    """A :class:`~llmcache.Verifier`'s answer: does a cached entry answer the new query?
+
+    ``same`` is the verdict. ``usage`` is what asking cost in tokens and ``model`` the model
+    that spent them: the cache prices them with its own :class:`~llmcache.PriceTable` (so a
+    price is written in one place), and a verifier that runs locally leaves both empty.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    same: bool
+    usage: Usage = Field(default_factory=Usage)
+    model: str | None = None
+
+
 Outcome = Literal["hit", "miss", "collect", "bypass"]
 
 
@@ -372,6 +398,14 @@ class CallInfo(BaseModel):
     what that cost (inside ``usage``/``cost_usd``). ``label`` is the label this call gave its
     table: ``True`` when the nearest entry's answer agreed with the LLM's, ``False`` when it
     did not or failed the query's validator, ``None`` when the call gave none.
+
+    With a verifier (docs/wrong-hit-budget.md), ``verified`` is its verdict on this call's
+    near miss (``True``: served as a hit, unless the cached answer then failed the query's
+    validator; ``False``: refused, the call a miss; ``None``: not asked, or asked off the
+    request path), ``verify_failed`` says the verifier raised (the
+    call went on as a miss) and ``verify_queued`` that the near miss waits for a verification
+    off the request path. ``verify_tokens``/``verify_usd`` are what asking cost on the request
+    path (inside ``usage``/``cost_usd``).
     """
 
     outcome: Outcome
@@ -402,4 +436,9 @@ class CallInfo(BaseModel):
     explore_tokens: int = 0
     explore_usd: float = 0.0
     label: bool | None = None
+    verified: bool | None = None
+    verify_failed: bool = False
+    verify_queued: bool = False
+    verify_tokens: int = 0
+    verify_usd: float = 0.0
     latency_s: float = 0.0

@@ -6,7 +6,8 @@
 request's keyword arguments verbatim and answer with text from a responder you supply, as the
 SDK's real types (``ChatCompletion``, a stream of ``ChatCompletionChunk``, ``Response``, and
 the ``ParsedChatCompletion`` / ``ParsedResponse`` the SDK's own helpers parse them into, as the
-real client does). :class:`HashEmbedder` is a deterministic embedder. None of them
+real client does). :class:`HashEmbedder` is a deterministic embedder, and
+:class:`ScriptedVerifier` a :class:`~llmcache.Verifier` whose verdicts you write. None of them
 produce results anyone should read as measured.
 
 A responder may also return a whole response body (a mapping, e.g. an answer made of tool
@@ -43,6 +44,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from ._hash_embedder import HashEmbedder
+from ._types import Usage, Verdict
 
 __all__ = [
     "AsyncFakeOpenAI",
@@ -51,6 +53,7 @@ __all__ = [
     "FakeStream",
     "HashEmbedder",
     "Responder",
+    "ScriptedVerifier",
     "scripted",
 ]
 
@@ -101,6 +104,39 @@ def scripted(answers: Iterable[str | Mapping[str, Any] | ChatCompletion]) -> Res
         return items[min(i, len(items) - 1)]
 
     return respond
+
+
+class ScriptedVerifier:
+    """A :class:`~llmcache.Verifier` test double: ``decide(query, cached)`` gives the verdict
+    (``True``/``False``), or raises to play a verifier that fails. Every question is kept in
+    ``calls`` as ``(query, cached, cosine)``; each verdict reports ``tokens`` prompt tokens
+    spent on ``model`` (priced by the cache's price table).
+
+    >>> verifier = ScriptedVerifier(lambda query, cached: query.lower() == cached.lower())
+    >>> verifier.verify("Tree idle", "tree idle", cosine=0.85).same
+    True
+    >>> verifier.calls
+    [('Tree idle', 'tree idle', 0.85)]
+    """
+
+    def __init__(
+        self,
+        decide: Callable[[str, str], bool],
+        *,
+        tokens: int = 0,
+        model: str | None = None,
+    ) -> None:
+        self.decide = decide
+        self.tokens = tokens
+        self.model = model
+        self.calls: list[tuple[str, str, float]] = []
+        self._lock = threading.Lock()
+
+    def verify(self, query: str, cached: str, *, cosine: float) -> Verdict:
+        with self._lock:
+            self.calls.append((query, cached, cosine))
+        same = bool(self.decide(query, cached))
+        return Verdict(same=same, usage=Usage(prompt_tokens=self.tokens), model=self.model)
 
 
 def _prompt_chars(request: dict[str, Any]) -> int:
