@@ -26,7 +26,7 @@ prefix), defaults (``_defaults.py``).
 ``LLMCACHE_API_KEY``            key sent to a ``url`` backend (read when connecting only)
 ``LLMCACHE_LOCAL_PARALLEL``     slots of the local default model
 ``LLMCACHE_LOCAL_CTX``          context tokens per slot
-``LLMCACHE_LOCAL_THREADS``      llama.cpp threads, or ``auto`` (default: all cores but one)
+``LLMCACHE_LOCAL_THREADS``      llama.cpp threads, or ``auto`` (default: every core)
 ==============================  ===========================================================
 
 Keys never enter :class:`LLMBackend` (it is safe to log, dump and put in a report); they are read
@@ -108,7 +108,7 @@ class LocalSettings(BaseModel):
     superior_parallel: int = Field(default=SUPERIOR_PARALLEL, ge=1)
     superior_ctx_per_slot: int = Field(default=SUPERIOR_CTX_PER_SLOT, ge=256)
     threads: int | None = Field(default=None, ge=1)
-    """Generation threads; ``None``: all cores but one (:func:`llmcache.llm.default_threads`)."""
+    """Generation threads; ``None``: every core (:func:`llmcache.llm.default_threads`)."""
 
 
 class LLMBackend(BaseModel):

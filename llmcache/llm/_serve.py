@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         "--ctx", type=int, help=f"context tokens per slot (default {DEFAULT_CTX_PER_SLOT})"
     )
     parser.add_argument(
-        "--threads", type=_threads, help="llama.cpp threads, or 'auto' (default: all cores but one)"
+        "--threads", type=_threads, help="llama.cpp threads, or 'auto' (default: every core)"
     )
     parser.add_argument("--log", help="log file (default: under $LLMCACHE_LOG_DIR or temp)")
     return parser

@@ -1,0 +1,117 @@
+"""Server settings A/B on a recorded run's own prompts: the same calls, several thread counts.
+
+    python benchmarks/bench_replay.py runs/demo.jsonl --threads 1,2
+    python benchmarks/bench_replay.py runs/demo.jsonl --category "high-level insights" \
+        --category "importance score" --per-category 6 --threads 1,2 --rounds 2
+
+A dataset written by ``python -m agent_core run`` (or ``experiments`` collect) keeps every
+call's messages, model and constraints (the query's JSON schema and ``max_tokens``). This
+benchmark sends the first ``--per-category`` calls of each chosen category again, one at a
+time, exactly as recorded (plus a fixed sampling ``seed``), to a fresh
+:class:`~llmcache.llm.LocalServer` per configuration (generation threads as given, prompt
+threads ``--threads-batch``, by default every core). Unlike two town runs, which diverge as soon
+as one answer differs, every configuration gets identical prompts, so the ratio of wall times
+is the effect of the setting alone. Configurations alternate within each round, so a change in
+the machine's load hits them alike; the header prints the load average.
+
+Per configuration and round: wall seconds, completion tokens, and the server's own generation
+speed (its ``timings``); then each configuration's total wall time as a ratio of the first's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import openai
+from bench_models import header_line, machine_info  # a sibling script (benchmarks/ is on the path)
+
+from llmcache.llm import LocalServer
+
+
+def load_calls(path: Path, categories: list[str], per_category: int) -> list[dict[str, Any]]:
+    """The first ``per_category`` recorded calls of each category (all categories if none)."""
+    picked: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            record = json.loads(line)
+            if record.get("kind") != "call" or not record.get("messages"):
+                continue
+            category = record.get("category") or ""
+            if categories and category not in categories:
+                continue
+            if len(picked[category]) < per_category:
+                picked[category].append(record)
+    return [record for group in picked.values() for record in group]
+
+
+def replay(server: LocalServer, calls: list[dict[str, Any]], seed: int) -> dict[str, float]:
+    client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
+    tokens = 0
+    generated_ms = 0.0
+    generated_n = 0
+    started = time.perf_counter()
+    for record in calls:
+        constraints = record.get("constraints") or {}
+        params = {k: v for k, v in (record.get("params") or {}).items() if k != "model"}
+        completion = client.chat.completions.create(
+            model=server.models[0],
+            messages=record["messages"],
+            seed=seed,
+            **{**params, **constraints},
+        )
+        tokens += completion.usage.completion_tokens if completion.usage else 0
+        timings = (completion.model_extra or {}).get("timings") or {}
+        generated_ms += float(timings.get("predicted_ms", 0.0))
+        generated_n += int(timings.get("predicted_n", 0))
+    wall = time.perf_counter() - started
+    speed = generated_n / (generated_ms / 1000) if generated_ms else float("nan")
+    return {"wall": wall, "tokens": tokens, "generation_tps": speed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("dataset", type=Path, help="JSONL written by a town run")
+    parser.add_argument("--category", action="append", default=[], help="repeatable")
+    parser.add_argument("--per-category", type=int, default=6)
+    parser.add_argument("--threads", default="1,2", help="generation thread counts to compare")
+    parser.add_argument(
+        "--threads-batch", type=int, default=None, help="prompt threads (default: every core)"
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    calls = load_calls(args.dataset, args.category, args.per_category)
+    if not calls:
+        sys.exit(f"no recorded calls with messages in {args.dataset}")
+    threads = [int(t) for t in args.threads.split(",")]
+    print(header_line(machine_info()))
+    print(f"# {len(calls)} recorded calls from {args.dataset.name}, sent one at a time")
+    totals: dict[int, float] = defaultdict(float)
+    for round_index in range(args.rounds):
+        for count in threads:
+            with LocalServer(threads=count, threads_batch=args.threads_batch) as server:
+                result = replay(server, calls, args.seed)
+            totals[count] += result["wall"]
+            print(
+                f"round {round_index + 1}  threads {count}: {result['wall']:7.1f} s  "
+                f"{result['tokens']:6d} completion tokens  "
+                f"{result['generation_tps']:6.1f} tokens/s generating"
+            )
+    base = totals[threads[0]]
+    for count in threads:
+        print(
+            f"threads {count}: {totals[count]:7.1f} s in all, {base / totals[count]:.2f}x "
+            f"the speed of threads {threads[0]}"
+        )
+    print(header_line(machine_info()))
+
+
+if __name__ == "__main__":
+    main()
