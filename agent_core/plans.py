@@ -13,6 +13,7 @@ from collections.abc import Collection, Sequence
 from pydantic import BaseModel, Field, field_validator
 
 from .clock import hhmm, parse_hhmm
+from .text import FreeText
 
 __all__ = ["TIME_PATTERN", "PlanItem", "check_schedule", "fit_to_window", "split_window"]
 
@@ -26,7 +27,7 @@ class PlanItem(BaseModel):
     # OpenAI strict mode) keeps small models from writing the placeholder "HH:MM" itself.
     start: str = Field(pattern=TIME_PATTERN)
     end: str = Field(pattern=TIME_PATTERN)
-    activity: str = Field(min_length=1)
+    activity: FreeText
     location: str = Field(min_length=1)
 
     @field_validator("start", "end", mode="before")
@@ -34,7 +35,7 @@ class PlanItem(BaseModel):
     def _time(cls, value: object) -> str:
         return hhmm(parse_hhmm(str(value)))
 
-    @field_validator("activity", "location")
+    @field_validator("location")
     @classmethod
     def _strip(cls, value: str) -> str:
         value = value.strip()

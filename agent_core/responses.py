@@ -12,9 +12,9 @@ import copy
 import functools
 import json
 import re
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
 from .plans import PlanItem
 from .rules import (
@@ -25,6 +25,7 @@ from .rules import (
     REACTION_MINUTES,
     REVISION_RULE,
 )
+from .text import FreeText
 
 __all__ = [
     "ActorReactionResponse",
@@ -76,29 +77,22 @@ class LocationResponse(BaseModel):
 
 class ActorReactionResponse(BaseModel):
     choice: str = Field(min_length=1)
-    activity: str = Field(min_length=1)
+    activity: FreeText
     minutes: int = Field(ge=REACTION_MINUTES[0], le=REACTION_MINUTES[1])
 
 
 class AgentReactionResponse(BaseModel):
     choice: str = Field(min_length=1)
-    activity: str = Field(min_length=1)
+    activity: FreeText
     minutes: int = Field(ge=REACTION_MINUTES[0], le=REACTION_MINUTES[1])
 
 
 class QuestionsResponse(BaseModel):
-    questions: list[str] = Field(min_length=QUESTION_COUNT, max_length=QUESTION_COUNT)
-
-    @field_validator("questions")
-    @classmethod
-    def _nonblank(cls, value: list[str]) -> list[str]:
-        if any(not q.strip() for q in value):
-            raise ValueError("questions must not be blank")
-        return [q.strip() for q in value]
+    questions: list[FreeText] = Field(min_length=QUESTION_COUNT, max_length=QUESTION_COUNT)
 
 
 class Insight(BaseModel):
-    insight: str = Field(min_length=1)
+    insight: FreeText
     evidence: list[int] = Field(min_length=1)
 
 
@@ -107,15 +101,15 @@ class InsightsResponse(BaseModel):
 
 
 class SummaryResponse(BaseModel):
-    summary: str = Field(min_length=1)
+    summary: FreeText
 
 
 class StatusResponse(BaseModel):
-    status: str = Field(min_length=1, max_length=100)
+    status: Annotated[FreeText, Field(max_length=100)]
 
 
 class UtteranceResponse(BaseModel):
-    utterance: str = Field(min_length=1)
+    utterance: FreeText
     end_conversation: bool
 
 
