@@ -13,7 +13,9 @@ policies, so the templates stay testable and the cache stays free of agent knowl
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -48,6 +50,7 @@ from .rules import (
     ScheduleRule,
 )
 from .schemas import narrow_choice, narrow_insights, narrow_location, narrowed
+from .text import copies_placeholder, placeholder_patterns
 from .tolerance import (
     SameOption,
     SamePlaces,
@@ -258,7 +261,13 @@ class Template(Generic[R]):
             self.schedule.check(result, req)
         if self.check is not None:
             self.check(result, req)
+        if any(copies_placeholder(text, self._placeholders) for text in _strings(result)):
+            raise ValueError("the answer repeats its format's placeholder instead of answering")
         return result
+
+    @functools.cached_property
+    def _placeholders(self) -> tuple[re.Pattern[str], ...]:
+        return placeholder_patterns(self.answer_format)
 
     @property
     def uses_text(self) -> bool:
@@ -334,6 +343,24 @@ class Template(Generic[R]):
                 "strict": True,
             },
         }
+
+
+def _strings(answer: BaseModel) -> list[str]:
+    """Every string value of ``answer``, however deep."""
+    found: list[str] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, list):
+            for item in value:
+                visit(item)
+
+    visit(answer.model_dump())
+    return found
 
 
 def _schema_name(category: str) -> str:

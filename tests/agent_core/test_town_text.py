@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent_core import template
 from agent_core.responses import (
     InsightsResponse,
     QuestionsResponse,
@@ -37,7 +38,7 @@ def test_a_copied_placeholder_is_invalid(model: type, answer: str) -> None:
     "text",
     [
         "Alice is <3 in love with coding",  # angle brackets later in the text are fine
-        "<3 Mary's drawings",  # no closing bracket: not a placeholder
+        "Mary's drawings {and paints}",  # brackets after the start are fine
         "a < b > c is maths",
         "  Ethan works at the store  ",
     ],
@@ -50,3 +51,26 @@ def test_real_text_is_kept_stripped(text: str) -> None:
 def test_blank_text_is_invalid() -> None:
     with pytest.raises(ValueError, match="blank"):
         parse_lenient(SummaryResponse, '{"summary": "   "}')
+
+
+@pytest.mark.parametrize(
+    ("category", "answer"),
+    [
+        ("memory summary", '{"summary": "2 to 4 sentences"}'),
+        ("memory summary", '{"summary": "{2 to 4 sentences}, 19 pages"}'),
+        ("new actor statuses", '{"status": "a short phrase, e.g. being used to make coffee"}'),
+        ("dialogue utterance", '{"utterance": "What Alice Wilson says", "end_conversation": true}'),
+    ],
+)
+def test_a_placeholder_copied_without_brackets_is_invalid(category: str, answer: str) -> None:
+    with pytest.raises(ValueError, match="placeholder"):
+        template(category).parse(answer)
+
+
+def test_a_real_answer_of_each_kind_passes() -> None:
+    assert template("memory summary").parse('{"summary": "Alice codes and plays."}').summary
+    assert template("new actor statuses").parse('{"status": "being used"}').status == "being used"
+    said = template("dialogue utterance").parse(
+        '{"utterance": "Hi Mary, what are you drawing?", "end_conversation": false}'
+    )
+    assert said.utterance.startswith("Hi Mary")
