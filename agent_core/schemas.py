@@ -6,7 +6,9 @@ differs per query, so that a small model cannot get it wrong:
 
 - places, options: ``enum`` of this query's allowed values;
 - statement numbers an insight cites: an integer range;
-- free text: a length bound, so a rambling model closes its string inside ``max_tokens``;
+- free text: a length bound, so a rambling model closes its string inside ``max_tokens``, and a
+  letter first (:func:`agent_core.text.text_pattern`), so it cannot copy the format's
+  ``<placeholder>`` instead of answering;
 - schedules: item counts, and times that are *valid by construction*. The schema language has no
   "later than the previous item", so the order is carried by the structure instead:
   - a schedule that must cover its window exactly (a decomposition) is one alternative per way
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from .clock import hhmm
 from .plans import split_window
+from .text import text_pattern
 
 if TYPE_CHECKING:
     from .templates import Requirements
@@ -36,6 +39,7 @@ __all__ = [
     "MAX_ALTERNATIVES",
     "MAX_ANSWER_TOKENS",
     "TEXT_LIMITS",
+    "free_text",
     "narrow_choice",
     "narrow_insights",
     "narrow_location",
@@ -80,8 +84,16 @@ def time_marks(start: int, end: int, step: int) -> list[int]:
     return sorted(m for m in marks if start <= m <= end)
 
 
+def free_text(name: str, cap: int | None = None) -> dict[str, Any]:
+    """The schema of the free-text field ``name`` (a key of :data:`TEXT_LIMITS`, or shorter:
+    ``cap``) in a query's schema. ``maxLength`` is kept beside the pattern for decoders that
+    read it and for :func:`worst_case_tokens`."""
+    limit = min(TEXT_LIMITS[name], cap) if cap is not None else TEXT_LIMITS[name]
+    return {"type": "string", "minLength": 1, "maxLength": limit, "pattern": text_pattern(limit)}
+
+
 def _limit_text(node: Any) -> None:
-    """Give every free string a ``maxLength`` (by its field name)."""
+    """Make every free string of a known field name a :func:`free_text`."""
     if isinstance(node, dict):
         for name, sub in (node.get("properties") or {}).items():
             if (
@@ -92,7 +104,7 @@ def _limit_text(node: Any) -> None:
                 and "pattern" not in sub
                 and name in TEXT_LIMITS
             ):
-                sub["maxLength"] = min(sub.get("maxLength", 10**6), TEXT_LIMITS[name])
+                node["properties"][name] = free_text(name, sub.get("maxLength"))
         for value in node.values():
             _limit_text(value)
     elif isinstance(node, list):
@@ -104,8 +116,7 @@ def limit_text(schema: dict[str, Any]) -> None:
     _limit_text(schema)
     items = schema.get("properties", {}).get("questions", {}).get("items")
     if isinstance(items, dict):  # a list of plain strings has no field name to go by
-        items.setdefault("maxLength", TEXT_LIMITS["question"])
-        items.setdefault("minLength", 1)
+        items.update(free_text("question"))
 
 
 def worst_case_tokens(schema: dict[str, Any], node: Any = None) -> int:
@@ -190,7 +201,7 @@ def _item(start: Sequence[int], end: Sequence[int], location: dict[str, Any]) ->
         "properties": {
             "start": times(start),
             "end": times(end),
-            "activity": {"type": "string", "minLength": 1, "maxLength": TEXT_LIMITS["activity"]},
+            "activity": free_text("activity"),
             "location": location,
         },
         "required": ["start", "end", "activity", "location"],
@@ -252,9 +263,7 @@ def schedule_alternatives(
     """The array schemas a schedule may take (see the module docstring)."""
     start, end = window
     location: dict[str, Any] = (
-        {"type": "string", "enum": list(places)}
-        if places
-        else {"type": "string", "minLength": 1, "maxLength": TEXT_LIMITS["location"]}
+        {"type": "string", "enum": list(places)} if places else free_text("location")
     )
     counts = range(max(count[0], 1), count[1] + 1)
     if cover:

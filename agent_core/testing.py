@@ -273,10 +273,9 @@ class _Writer:
         longest = int(node.get("maxLength", 200))
         pattern = node.get("pattern")
         if isinstance(hint, str) and hint.strip():
-            if pattern is None:
-                return hint[:longest]
-            if re.fullmatch(pattern, hint):
-                return hint
+            cut = hint[:longest]
+            if pattern is None or re.fullmatch(pattern, cut):
+                return cut
         if pattern == TIME_PATTERN:
             # A schedule whose times the schema does not narrow: items an hour each, in order.
             minute, self.clock = self.clock, min(24 * 60, self.clock + 60)

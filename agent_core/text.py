@@ -7,8 +7,15 @@ brackets ("2 to 4 sentences") follow once brackets are refused. Such an answer i
 JSON that says nothing, so it is invalid like any other: the town resubmits it rather than
 remembering "<insight string>" as an insight. :class:`FreeText` refuses text that opens with a
 bracket; ``Template.parse`` refuses any string of the answer that is one of its format's
-placeholders (:func:`copies_placeholder`). Both are validation only, not part of the JSON
-schema, so the schemas (and with them the cache tables' keys) stay as they were.
+placeholders (:func:`copies_placeholder`).
+
+Validation alone makes a small model try again, and again: in a standard run with it, 100 of
+175 insight answers were refused, 19 of them escalated. So each query's JSON schema also steers
+the decoder (:func:`text_pattern`): free text opens with a letter and holds no quote, backslash
+or control character, which a constrained decoder cannot then get wrong. The pattern is part of
+the per-query schema only, not of the template's schema the cache tables are keyed by, and it is
+stricter than validation: an answer from elsewhere (a hosted model, the cache) that opens with a
+digit or a quotation mark is still valid.
 """
 
 from __future__ import annotations
@@ -18,7 +25,13 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-__all__ = ["FreeText", "copies_placeholder", "is_placeholder", "placeholder_patterns"]
+__all__ = [
+    "FreeText",
+    "copies_placeholder",
+    "is_placeholder",
+    "placeholder_patterns",
+    "text_pattern",
+]
 
 # A bracket at the start: the format's placeholders open the text they stand for, and copies
 # come with the bracket ("<insight_1", "{2 to 4 sentences}, ...") more often than not.
@@ -30,6 +43,16 @@ _NOT_LETTER = re.compile(r"[^a-z]+")
 def is_placeholder(text: str) -> bool:
     """Whether ``text`` opens like a placeholder copied from an answer format (``<`` or ``{``)."""
     return _PLACEHOLDER.match(text) is not None
+
+
+def text_pattern(max_length: int) -> str:
+    """The ``pattern`` of a free-text field of at most ``max_length`` characters in a query's
+    schema: a letter first (never a placeholder's bracket, a list number or a time), then no
+    character that JSON would have to escape. The length is in the pattern because llama.cpp's
+    grammar ignores ``maxLength`` beside a ``pattern``."""
+    if max_length < 1:
+        raise ValueError("max_length must be at least 1")
+    return rf'^[A-Za-z][^"\\\x00-\x1f]{{0,{max_length - 1}}}$'
 
 
 def _letters(text: str) -> str:

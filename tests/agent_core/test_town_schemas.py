@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 import pytest
 
-from agent_core import Requirements, TownCall, template
-from agent_core.schemas import MAX_ALTERNATIVES, MAX_ANSWER_TOKENS, time_marks, worst_case_tokens
+from agent_core import CATEGORIES, Requirements, TownCall, template
+from agent_core.schemas import (
+    MAX_ALTERNATIVES,
+    MAX_ANSWER_TOKENS,
+    TEXT_LIMITS,
+    time_marks,
+    worst_case_tokens,
+)
+from agent_core.text import text_pattern
 
 PLACES = ["Hobbs Cafe", "Johnson Park", "Oak Hill College: Library", "Lin Family House: Kitchen"]
 
@@ -136,3 +144,47 @@ def test_unbounded_schemas_have_no_worst_case() -> None:
 def test_time_marks_include_both_ends() -> None:
     assert time_marks(550, 620, 15) == [550, 555, 570, 585, 600, 615, 620]
     assert time_marks(540, 600, 30) == [540, 570, 600]
+
+
+def _free_strings(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every string node of a schema that is neither an enum, a const nor a time pattern."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        if (
+            node.get("type") == "string"
+            and "enum" not in node
+            and "const" not in node
+            and not str(node.get("pattern", "")).startswith("^(")  # HH:MM times
+        ):
+            found.append((path, node))
+        for key, value in node.items():
+            found += _free_strings(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _free_strings(value, f"{path}/{i}")
+    return found
+
+
+@pytest.mark.parametrize("category", CATEGORIES)
+def test_free_text_in_a_query_schema_opens_with_a_letter(category: str) -> None:
+    schema = template(category).json_schema(Requirements())
+    strings = _free_strings(schema)
+    for path, node in strings:
+        assert node["maxLength"] <= max(TEXT_LIMITS.values()), path
+        assert node["pattern"] == text_pattern(node["maxLength"]), path
+    # the template's own schema, which keys the cache tables, stays without the pattern
+    lead = text_pattern(1)[: len("^[A-Za-z]")]
+    assert lead not in json.dumps(template(category).json_schema())
+    assert (lead in json.dumps(schema)) == bool(strings)
+
+
+def test_the_text_pattern_refuses_what_small_models_copied() -> None:
+    pattern = re.compile(text_pattern(120))
+    for copied in ["<insight string>", "{insert insight 1}", "2. 2. 3.", "07:00", " Alice"]:
+        assert pattern.match(copied) is None, copied
+    for text in ["Alice plays basketball after school", "x" * 120]:
+        assert pattern.match(text) is not None, text
+    for bad in ["x" * 121, 'She said "hi"', "one\\two", "line\tbreak"]:
+        assert pattern.match(bad) is None, bad
+    with pytest.raises(ValueError):
+        text_pattern(0)
