@@ -72,6 +72,19 @@ DEFAULT_IMPORTANCE = 3  # when no valid importance answer could be had
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
+def _newest_within(texts: list[str], budget: int) -> list[str]:
+    """The newest of ``texts`` (oldest first) whose lengths add up to at most ``budget``
+    characters, oldest first; the newest one always, so a reflection has something to ask about."""
+    kept: list[str] = []
+    used = 0
+    for text in reversed(texts):
+        if kept and used + len(text) > budget:
+            break
+        kept.append(text)
+        used += len(text)
+    return kept[::-1]
+
+
 @dataclass
 class Task:
     """Something the agent does from ``start`` to ``end`` (simulation minutes)."""
@@ -282,7 +295,10 @@ class Agent:
             return
         self.importance_since_reflection = 0.0
         self.reflections += 1
-        recent = [m.description for m in self.memory.recent(self.config.reflection_recent)]
+        recent = _newest_within(
+            [m.description for m in self.memory.recent(self.config.reflection_recent)],
+            self.config.reflection_recent_chars,
+        )
         questions = self._ask(QUESTIONS, now, {"statements": recent})
         if questions is None:
             return

@@ -28,6 +28,10 @@ class SimConfig(BaseModel):
     decompose_hours: float = Field(default=3.0, gt=0)  # how far ahead a plan is decomposed
     reflection_threshold: float = Field(default=150.0, gt=0)
     reflection_recent: int = Field(default=100, ge=1)
+    # ...and of those, the newest that fit this many characters: a hundred long memories made
+    # a 3,950-token questions prompt that, with its answer, overran a 4,096-token slot (a
+    # standard run on the local model, 2026-11-23) and was cut off at every attempt.
+    reflection_recent_chars: int = Field(default=6000, ge=1)
     retrieve_k: int = Field(default=10, ge=1)
     max_utterances: int = Field(default=20, ge=2)
     share_places_in_dialogue: bool = True  # agents learn of a place the other knows

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -141,3 +142,28 @@ def test_tasks_set_and_release_actor_statuses(world: World, make_llm: MakeLLM) -
     assert world.status(used) == IDLE
     assert agent.asleep and agent.item == agent.seed.bed
     assert world.status(agent.seed.bed) != IDLE
+
+
+def test_a_reflection_asks_about_the_newest_memories_that_fit(
+    world: World, make_llm: MakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A hundred long memories made a questions prompt too long for a 4,096-token slot.
+    agent = make_agent(world, make_llm())
+    for i in range(100):
+        agent.memory.add("observation", f"memory {i:03d} " + "x" * 190, 400 + i, importance=5)
+    asked: list[list[str]] = []
+    ask = agent._ask
+
+    def spy(tmpl: Any, now: int, slots: dict[str, Any], *args: Any) -> Any:
+        if tmpl.category == "high-level questions":
+            asked.append(list(slots["statements"]))
+        return ask(tmpl, now, slots, *args)
+
+    monkeypatch.setattr(agent, "_ask", spy)
+    agent.importance_since_reflection = 151.0
+    agent.maybe_reflect(600)
+    [statements] = asked
+    budget = agent.config.reflection_recent_chars
+    assert 0 < sum(map(len, statements)) <= budget
+    assert statements[-1].startswith("memory 099")  # the newest kept, in order
+    assert len(statements) == budget // len(statements[-1]) < 100
