@@ -43,10 +43,10 @@ from ._data import MODES, EmbeddingStore, Prompt, kept_groups
 from ._results import CostResult, ReplayCost
 from ._retrieval import TableIndex
 
-__all__ = ["ReplayClient", "cost_study"]
+__all__ = ["ReplayClient", "cost_study", "messages_key"]
 
 
-def _messages_key(messages: Any) -> str:
+def messages_key(messages: Any) -> str:
     """The replay's lookup key of a request: its messages as sorted-key JSON."""
     return json.dumps(messages, sort_keys=True, ensure_ascii=False, default=str)
 
@@ -56,7 +56,7 @@ class _Completions:
         self._answers = answers
 
     def create(self, **kwargs: Any) -> ChatCompletion:
-        p = self._answers.get(_messages_key(kwargs["messages"]))
+        p = self._answers.get(messages_key(kwargs["messages"]))
         if p is None:
             raise KeyError("the replay has no recorded answer for these messages")
         return ChatCompletion(
@@ -92,7 +92,7 @@ class ReplayClient:
     """
 
     def __init__(self, prompts: Sequence[Prompt]) -> None:
-        self.chat = _Chat({_messages_key(p.messages): p for p in prompts})
+        self.chat = _Chat({messages_key(p.messages): p for p in prompts})
 
 
 def _request(p: Prompt) -> dict[str, Any]:

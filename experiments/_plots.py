@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 
 from experiments._results import (
     RESULT_MODELS,
+    BudgetResult,
     CollectResult,
     CompareResult,
     CorrelationResult,
@@ -44,6 +45,7 @@ from experiments._results import (
 
 __all__ = [
     "plot_all",
+    "plot_budget",
     "plot_collect",
     "plot_compare",
     "plot_correlation",
@@ -541,6 +543,49 @@ def plot_quality(result: QualityResult, path: str | Path) -> Path:
     return _save(fig, path)
 
 
+def plot_budget(result: BudgetResult, path: str | Path) -> Path:
+    """Per group, each cache configuration's wrong-hit rate (95% Wilson interval) against its
+    cost cut: every budget δ beside the static default threshold, per mode, with δ drawn as
+    the line a budget promises to stay under."""
+    groups = _unique(g for r in result.runs for g in r.groups)
+    fig, axes = _grid(len(groups), 4, width=4.0, height=3.4)
+    if not groups:
+        _empty(axes[0], "no runs")
+    for ax, group in zip(axes, groups, strict=False):
+        drawn = False
+        for i, run in enumerate(result.runs):
+            row = run.groups.get(group)
+            if row is None or row.wrong_rate is None or row.cost_reduction is None:
+                continue
+            drawn = True
+            x, y = 100 * row.cost_reduction, 100 * row.wrong_rate
+            err = [[y - 100 * row.wrong_low], [100 * row.wrong_high - y]]
+            static = run.budget is None
+            label = f"{run.mode}: " + (
+                f"static {run.threshold:.2f}" if static else f"δ = {run.budget:g}"
+            )
+            ax.errorbar(x, y, yerr=err, fmt="s" if static else "o", ms=6, capsize=3,
+                        color=_color(run.mode, i), mfc="white" if static else None,
+                        label=label)  # fmt: skip
+        for budget in sorted({r.budget for r in result.runs if r.budget is not None}):
+            ax.axhline(100 * budget, color="black", ls=":", lw=1)
+        if not drawn:
+            _empty(ax, "no hits")
+        else:
+            ax.set_xlabel("cost cut (%)", fontsize=8)
+            ax.set_ylabel("wrong hits (% of served)", fontsize=8)
+            ax.set_xlim(-2, 102)
+            ax.set_ylim(-2, 102)
+            ax.legend(fontsize=6, loc="upper left")
+        ax.set_title(_short(group), fontsize=9)
+    fig.suptitle(
+        f"Wrong-hit budget: run {result.query_run} answered online from run "
+        f"{result.table_run}'s tables (dotted: δ)"
+    )
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 # --- all -------------------------------------------------------------------------------------
 
 # A plotter takes the result model its entry names; the dict cannot say which, hence Any.
@@ -556,6 +601,7 @@ _FIGURES: dict[str, tuple[tuple[str, _Plotter], ...]] = {
     "compare": (("", plot_compare),),
     "cost": (("", plot_cost),),
     "quality": (("", plot_quality),),
+    "budget": (("", plot_budget),),
 }
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "rate",
     "sweep",
     "tally",
+    "text_agreements",
     "thresholds",
 ]
 
@@ -220,6 +221,18 @@ def calibrate(
     return out
 
 
+def text_agreements(
+    runs: Sequence[Sequence[Prompt]], store: EmbeddingStore
+) -> tuple[dict[str, TextCalibration], Callable[[str], TextAgreement]]:
+    """Each text-judged category's calibration (:func:`calibrate`) and the text agreement a
+    category's tolerance compares with (its bound; the documented default for the rest)."""
+    similarity = _cosine(store)
+    calibration = calibrate(runs, similarity)
+    texts = {c: TextAgreement(similarity, cal.bound) for c, cal in calibration.items()}
+    default = TextAgreement(similarity, DEFAULT_TEXT_BOUND)
+    return calibration, lambda category: texts.get(category, default)
+
+
 def _spread(queries: Sequence[Prompt], seed: int) -> list[Prompt]:
     """A seeded order that takes the groups in turn, so a budget (revisions, judge calls)
     spent from the front reaches every group."""
@@ -240,12 +253,9 @@ def _spread(queries: Sequence[Prompt], seed: int) -> list[Prompt]:
 class _Answering:
     """Serves one query one way and judges the answer."""
 
-    def __init__(
-        self, adapter: Adapter, texts: dict[str, TextAgreement], default: TextAgreement
-    ) -> None:
+    def __init__(self, adapter: Adapter, texts: Callable[[str], TextAgreement]) -> None:
         self.adapter = adapter
         self.texts = texts
-        self.default = default
 
     def serve(self, q: Prompt, cached: Prompt, similarity: float, mode: str) -> tuple[Served, str]:
         out = self.adapter.outcome(q, cached, similarity, mode)
@@ -256,7 +266,7 @@ class _Answering:
                 out.content,
                 q.response,
                 q.call().requirements,
-                text=self.texts.get(q.category, self.default),
+                text=self.texts(q.category),
             )
             outcome = "acceptable" if verdict.acceptable else "unacceptable"
         else:
@@ -289,10 +299,8 @@ def quality(
     """Acceptable rates, the cost-quality sweep and the pairwise judge on ``queries`` (the
     held-out run) against tables of ``table_run``; ``runs`` (every run) calibrate the text
     bounds. See the module docstring."""
-    similarity = _cosine(store)
-    calibration = calibrate(runs, similarity)
-    texts = {c: TextAgreement(similarity, cal.bound) for c, cal in calibration.items()}
-    answering = _Answering(adapter, texts, TextAgreement(similarity, DEFAULT_TEXT_BOUND))
+    calibration, texts = text_agreements(runs, store)
+    answering = _Answering(adapter, texts)
     rng = random.Random(f"{seed}:quality-random")
     indexes = {m: TableIndex(table_run, store, m) for m in MODES}
     ordered = _spread(queries, seed)

@@ -18,9 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.tolerance import MIN_CALIBRATION_PAIRS
 
+from ._data import kept_groups
 from ._profiles import Profile
 from ._results import (
     RESULT_MODELS,
+    BudgetGroup,
+    BudgetResult,
+    BudgetRun,
     CollectResult,
     CompareResult,
     CorrelationResult,
@@ -94,6 +98,7 @@ class StudyResults(BaseModel):
     compare: CompareResult | None = None
     cost: CostResult | None = None
     quality: QualityResult | None = None
+    budget: BudgetResult | None = None
 
     @classmethod
     def load(cls, out: Path) -> StudyResults:
@@ -720,6 +725,117 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
     )
 
 
+def _config_name(run: BudgetRun) -> str:
+    if run.budget is not None:
+        return f"δ = {run.budget:g}"
+    return f"static {_num(run.threshold, 2)}"
+
+
+def _wrong(row: BudgetGroup) -> str:
+    if row.wrong_rate is None:
+        return "no hits"
+    return (
+        f"{row.wrong} / {row.hits} = {_pct(row.wrong_rate)} "
+        f"[{_pct(row.wrong_low, 0)}, {_pct(row.wrong_high, 0)}]"
+    )
+
+
+def _budget_verdict(run: BudgetRun, groups: Sequence[str]) -> str:
+    """One computed sentence per budget run: which groups kept the budget, which did not."""
+    assert run.budget is not None
+    kept, over, empty = [], [], []
+    for g in groups:
+        row = run.groups.get(g)
+        if row is None or row.wrong_rate is None:
+            empty.append(g)
+        elif row.wrong_rate <= run.budget:
+            kept.append(g)
+        else:
+            over.append(f"{g} ({_pct(row.wrong_rate)}, interval from {_pct(row.wrong_low, 0)})")
+    total = run.groups.get("all")
+    parts = [
+        f"{run.mode}, {_config_name(run)}: the measured wrong-answer rate is within δ in "
+        f"{len(kept)} of {len(groups) - len(empty)} groups with hits"
+    ]
+    if over:
+        parts.append("over it in " + ", ".join(over))
+    if empty:
+        parts.append("no hits (so nothing to measure) in " + ", ".join(empty))
+    if total is not None:
+        parts.append(f"overall cost cut {_pct(total.cost_reduction)}")
+    return "; ".join(parts) + "."
+
+
+def _budget_section(b: BudgetResult) -> Section:
+    groups = [g for g in kept_groups() if any(g in r.groups for r in b.runs)]
+    lines = [
+        f"Held-out run {b.query_run} answered *online* by a live cache built from run "
+        f"{b.table_run}'s answers: misses and explored hits get the query's recorded answer "
+        "and are stored, the tables label themselves with each query's own tolerance, and "
+        "every served answer is judged against the true answer by that tolerance. Each "
+        "budget δ runs beside the library's static default threshold on the same stream "
+        "(see `experiments/_budget_study.py`).",
+        "",
+        *(f"- {_budget_verdict(r, groups)}" for r in b.runs if r.budget is not None),
+        "",
+    ]
+    rows = []
+    for run in b.runs:
+        for g in [*groups, "all"]:
+            row = run.groups.get(g)
+            if row is None:
+                continue
+            rows.append(
+                (
+                    run.mode,
+                    _config_name(run),
+                    g,
+                    str(row.queries),
+                    _wrong(row),
+                    _pct(row.estimated_wrong_rate),
+                    _pct(row.cost_reduction),
+                    f"{row.explored} / {row.labels}",
+                    _num(row.threshold_median),
+                    f"{row.untried} / {row.failed}",
+                )
+            )
+    lines += _table(
+        [
+            "mode",
+            "cache",
+            "group",
+            "queries",
+            "wrong hits (95% interval)",
+            "cache's own estimate",
+            "cost cut",
+            "explored / labels",
+            "median threshold in force",
+            "untried / failed",
+        ],
+        rows,
+    )
+    lines += [
+        "",
+        "Revise calls made: "
+        + ", ".join(f"{r.mode} {_config_name(r)} {r.revise_calls}" for r in b.runs)
+        + "; 'untried' revise hits came after the profile's revise budget and are left out "
+        "of every figure.",
+    ]
+    side = [
+        Row(
+            quantity=f"wrong-hit budget {_config_name(r)}, {r.mode}: wrong answers served",
+            study="- (one static threshold)",
+            ours=f"{_wrong(total)}; {_pct(total.cost_reduction)} cut",
+            why="measured against the true answers of the held-out run",
+        )
+        for r in b.runs
+        if r.budget is not None and (total := r.groups.get("all")) is not None
+    ]
+    return Section(
+        title="Wrong-hit budget: a cache that sets its own thresholds", lines=lines, rows=side
+    )
+
+
 def _caveats(results: StudyResults, ctx: ReportContext) -> Section:
     profile = ctx.profile
     col = results.collect
@@ -767,6 +883,7 @@ _SectionOf = Callable[[StudyResults, ReportContext], Section | None]
 _SECTIONS: tuple[_SectionOf, ...] = (
     # First: the headline quality figure is the objective acceptable rate.
     lambda r, c: None if r.quality is None else _quality_section(r.quality, r.compare),
+    lambda r, c: None if r.budget is None else _budget_section(r.budget),
     lambda r, c: None if r.collect is None else _collect_section(r.collect, c),
     lambda r, c: None if r.similarity is None else _similarity_section(r.similarity, c),
     lambda r, c: None if r.saturation is None else _saturation_section(r.saturation, c),

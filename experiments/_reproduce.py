@@ -16,15 +16,17 @@ from pydantic import BaseModel
 from llmcache import Embedder, default_embedder
 from llmcache.llm import LLMConnection, open_llm
 
+from ._budget_study import budget_study
 from ._collect import collect, run_paths
 from ._cost_study import cost_study
-from ._data import EmbeddingStore, Prompt, load_run
+from ._data import MODES, EmbeddingStore, Prompt, load_run
 from ._evaluate import Adapter, compare, correlation
 from ._judge import Judge, LLMJudge, ReferenceJudge
 from ._profiles import Profile
-from ._quality import quality
+from ._quality import quality, text_agreements
 from ._results import (
     RESULT_MODELS,
+    BudgetResult,
     CollectResult,
     CompareResult,
     CorrelationResult,
@@ -282,6 +284,28 @@ class Study:
                     seed=self.profile.seed,
                     progress=bar.update,
                 )
+        finally:
+            bar.close()
+
+    def _budget(self) -> BudgetResult:
+        held_out = self.run(self.profile.runs)
+        configs = len(MODES) * (len(self.profile.budgets) + 1)
+        bar = self._bar(configs * len(held_out), "budget: the held-out run under a budget")
+        try:
+            runs = [self.run(n) for n in range(1, self.profile.runs + 1)]
+            _, texts = text_agreements(runs, self.store)
+            return budget_study(
+                self.run(1),
+                held_out,
+                texts=texts,
+                embedder=self.store.embedder,
+                client=self.conn.client,
+                model=self.conn.backend.model,
+                budgets=self.profile.budgets,
+                revise_budget=self.profile.revise_budget,
+                max_attempts=self.profile.max_attempts,
+                progress=bar.update,
+            )
         finally:
             bar.close()
 

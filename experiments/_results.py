@@ -13,6 +13,9 @@ from pydantic import BaseModel, Field
 
 __all__ = [
     "RESULT_MODELS",
+    "BudgetGroup",
+    "BudgetResult",
+    "BudgetRun",
     "CollectResult",
     "CompareResult",
     "CorrelationResult",
@@ -309,6 +312,45 @@ class QualityResult(BaseModel):
         return points[0] if points and points[0].threshold is None else None
 
 
+class BudgetGroup(BaseModel):
+    """One group of the held-out run answered by a live cache under a wrong-hit budget."""
+
+    queries: int  # held-out queries of the group sent through the cache
+    untried: int = 0  # revise hits beyond the revise budget: left out of every figure below
+    failed: int = 0  # queries the cache could not answer (counted, left out)
+    hits: int = 0  # answers the cache served
+    wrong: int = 0  # served answers outside the template's tolerance of the true answer
+    wrong_rate: float | None = None  # wrong / hits (None without hits)
+    wrong_low: float = 0.0  # its 95% Wilson interval
+    wrong_high: float = 1.0
+    explored: int = 0  # would-be hits also sent to the LLM, to label the table
+    labels: int = 0  # labels the group's tables hold at the end
+    estimated_wrong_rate: float | None = None  # the cache's own estimate at the end
+    threshold_median: float | None = None  # the median threshold in force (raw cosine)
+    baseline_usd: float = 0.0  # the same queries without a cache (recorded tokens)
+    spent_usd: float = 0.0  # with the cache: misses, explorations, revisions
+    cost_reduction: float | None = None  # 1 - spent / baseline
+
+
+class BudgetRun(BaseModel):
+    """The held-out run through one cache configuration: a budget δ, or a static threshold."""
+
+    mode: str  # embedding mode
+    budget: float | None  # δ; None: the static threshold below
+    threshold: float | None = None  # the static threshold (raw cosine) when budget is None
+    groups: dict[str, BudgetGroup]  # group (and "all") -> figures
+    revise_calls: int = 0  # revisions this configuration sent to the LLM
+
+
+class BudgetResult(BaseModel):
+    """The wrong-hit budget on the town (issue 12): the held-out run answered online, with
+    every served answer judged against the true answer by its template's tolerance."""
+
+    query_run: int
+    table_run: int
+    runs: list[BudgetRun]
+
+
 #: Each experiment's result model, by the experiment's name (its file is ``<name>.json``), in
 #: the order the study runs them.
 RESULT_MODELS: dict[str, type[BaseModel]] = {
@@ -320,6 +362,7 @@ RESULT_MODELS: dict[str, type[BaseModel]] = {
     "compare": CompareResult,
     "cost": CostResult,
     "quality": QualityResult,
+    "budget": BudgetResult,
 }
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -9,6 +9,7 @@ import pytest
 import experiments
 
 MODULES = [
+    "experiments._budget_study",
     "experiments._collect",
     "experiments._cost",
     "experiments._cost_study",

@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion
 
+from agent_core import TextAgreement
 from agent_core.testing import ScriptedLLM
 from experiments import Profile
+from experiments._budget_study import budget_study
+from experiments._collect import run_paths
+from experiments._cost_study import messages_key
 from experiments._data import load_run
 from experiments._report import write_report
 from experiments._reproduce import EXPERIMENTS, Study, reproduce
-from experiments._results import CollectResult, CostResult, load_result
+from experiments._results import BudgetResult, CollectResult, CostResult, load_result
 from llmcache import RecordedCall, Recorder
 from llmcache.llm import LLMBackend, LLMKind
 from llmcache.testing import HashEmbedder
@@ -236,3 +241,47 @@ def test_saturation_tables_come_from_runs_2_to_4_and_the_last_run_is_held_out(
 
     assert Study(FULL, tmp_path, embedder=HashEmbedder()).table_runs == [2, 3, 4]
     assert Study(QUICK, tmp_path, embedder=HashEmbedder()).table_runs == [2, 3]
+
+
+def test_the_budget_step_accounts_for_every_held_out_query(study_dir: Path) -> None:
+    budget = load_result(BudgetResult, study_dir / "budget.json")
+    held_out = load_run(run_paths(study_dir, TINY.runs)[0], TINY.runs)
+    configs = {(r.mode, r.budget) for r in budget.runs}
+    assert configs == {(m, b) for m in ("keyword", "full") for b in (*TINY.budgets, None)}
+    for r in budget.runs:
+        total = r.groups["all"]
+        assert total.queries == len(held_out)
+        assert sum(g.queries for name, g in r.groups.items() if name != "all") == total.queries
+        assert 0 <= total.wrong <= total.hits <= total.queries - total.untried - total.failed
+        # Hits of read and choose cost nothing, misses what they cost without a cache.
+        assert total.spent_usd <= total.baseline_usd + 1e-12
+        assert r.revise_calls <= TINY.revise_budget
+    text = (study_dir / "report.md").read_text()
+    assert "## Wrong-hit budget" in text
+    for r in budget.runs:
+        if r.budget is not None:
+            assert f"{r.mode}, δ = {r.budget:g}: the measured wrong-answer rate is within" in text
+
+
+def test_a_run_served_from_its_own_full_prompts_serves_no_wrong_answer(study_dir: Path) -> None:
+    run1 = load_run(run_paths(study_dir, 1)[0], 1)
+    # A prompt asked twice may have two true answers; keep those asked once.
+    seen = Counter(messages_key(p.messages) for p in run1)
+    once = [p for p in run1 if seen[messages_key(p.messages)] == 1]
+    result = budget_study(
+        run1,
+        once,
+        texts=lambda category: TextAgreement(lambda a, b: float(a == b), 0.99),
+        embedder=HashEmbedder(),
+        client=None,  # revise_budget=0: no revision is ever sent
+        model="scripted",
+        budgets=[0.05],
+        revise_budget=0,
+        max_attempts=1,
+    )
+    for r in result.runs:
+        total = r.groups["all"]
+        assert total.queries == len(once)
+        if r.mode == "full":
+            # Every query is word for word an entry: served, it is its own true answer.
+            assert total.hits > 0 and total.wrong == 0, r

@@ -8,9 +8,11 @@ import nbformat
 import pytest
 from pydantic import BaseModel
 
+from experiments._budget_study import summarise
 from experiments._notebooks import NOTEBOOKS, execute_notebooks, repo_root
 from experiments._plots import (
     plot_all,
+    plot_budget,
     plot_collect,
     plot_compare,
     plot_correlation,
@@ -21,6 +23,9 @@ from experiments._plots import (
     plot_similarity,
 )
 from experiments._results import (
+    BudgetGroup,
+    BudgetResult,
+    BudgetRun,
     CollectResult,
     CompareResult,
     CorrelationResult,
@@ -215,6 +220,7 @@ def test_public_api() -> None:
 
     assert sorted(plots.__all__) == [
         "plot_all",
+        "plot_budget",
         "plot_collect",
         "plot_compare",
         "plot_correlation",
@@ -241,6 +247,25 @@ def test_every_plot_writes_a_png(tmp_path: Path) -> None:
     ]
     assert all(_is_png(p) for p in written), written
     assert written[4] == tmp_path / "deep" / "saturation.png"
+
+
+def test_the_budget_plot_draws_each_configuration(tmp_path: Path) -> None:
+    def group(hits: int, wrong: int, cut: float) -> BudgetGroup:
+        return summarise(
+            BudgetGroup(queries=50, hits=hits, wrong=wrong, baseline_usd=1.0, spent_usd=1 - cut)
+        )
+
+    result = BudgetResult(
+        query_run=3,
+        table_run=1,
+        runs=[
+            BudgetRun(mode="keyword", budget=0.05, groups={"importance": group(20, 1, 0.4)}),
+            BudgetRun(mode="keyword", budget=None, threshold=0.9,
+                      groups={"importance": group(40, 9, 0.8), "memory": group(0, 0, 0.0)}),
+        ],
+    )  # fmt: skip
+    assert _is_png(plot_budget(result, tmp_path / "budget.png"))
+    assert _is_png(plot_budget(BudgetResult(query_run=3, table_run=1, runs=[]), tmp_path / "e.png"))
 
 
 def test_plots_survive_empty_results(tmp_path: Path) -> None:
