@@ -44,6 +44,7 @@ __all__ = [
     "BIN_WIDTH",
     "EXACT_THRESHOLD",
     "LABEL_FLOOR",
+    "NO_HIT_THRESHOLD",
     "STRICT_THRESHOLD",
     "BudgetBook",
     "Labels",
@@ -63,9 +64,12 @@ N_BINS = round((1.0 - LABEL_FLOOR) / BIN_WIDTH)
 
 # Until labels prove a lower threshold safe, a table under a budget hits only at or above this
 # cosine. When labels show even this to be over budget (its lower bound above δ), only exact
-# repeats hit.
+# repeats hit; when they show that even near-identical prompts (the top bin, cosine ≥ 0.995)
+# get answers that disagree more often than δ -- an LLM that samples answers its own prompt
+# differently -- nothing hits. Misses keep labelling the table, so it can earn its hits back.
 STRICT_THRESHOLD = 0.97
 EXACT_THRESHOLD = 1.0 - 1e-6  # identical texts embed to cosines a rounding error under 1
+NO_HIT_THRESHOLD = 2.0  # above every cosine
 
 # One-sided 95% (the bound the budget keeps) and two-sided 95% (the interval `stats` shows).
 _Z_ONE_SIDED = 1.6449
@@ -187,9 +191,9 @@ def learned_threshold(labels: Labels, budget: float) -> float:
     at or above it have a one-sided 95% upper bound of the wrong rate at most ``budget``. Only
     the edges of bins holding labels qualify: below the lowest label there is no evidence.
 
-    With too few labels to prove any edge safe it is :data:`STRICT_THRESHOLD`, or
+    With too few labels to prove any edge safe it is :data:`STRICT_THRESHOLD`;
     :data:`EXACT_THRESHOLD` once labels show the strict one over budget (its lower bound
-    above ``budget``).
+    above ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin over budget.
     """
     n = wrong = 0
     best: float | None = None
@@ -204,6 +208,9 @@ def learned_threshold(labels: Labels, budget: float) -> float:
         return best
     n, wrong = labels.above(STRICT_THRESHOLD)
     if n and wilson_interval(wrong, n, _Z_ONE_SIDED)[0] > budget:
+        top = labels.ok[-1] + labels.bad[-1]
+        if top and wilson_interval(labels.bad[-1], top, _Z_ONE_SIDED)[0] > budget:
+            return NO_HIT_THRESHOLD
         return EXACT_THRESHOLD
     return STRICT_THRESHOLD
 

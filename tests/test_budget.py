@@ -21,6 +21,8 @@ from llmcache import (
     same_answer,
 )
 from llmcache._budget import (
+    EXACT_THRESHOLD,
+    NO_HIT_THRESHOLD,
     STRICT_THRESHOLD,
     Labels,
     explore_probability,
@@ -94,7 +96,20 @@ def test_few_labels_stay_strict_and_clear_wrongs_go_exact() -> None:
     bad = Labels()
     for ok in [False, False, False, True]:
         bad.add(0.99, ok)
-    assert learned_threshold(bad, 0.02) > 0.99999
+    assert learned_threshold(bad, 0.02) == EXACT_THRESHOLD
+
+
+def test_answers_that_disagree_even_on_identical_prompts_stop_every_hit() -> None:
+    # An LLM that samples answers its own prompt differently: even at cosine 1 the cached
+    # answer disagrees with a fresh one too often, so serving any hit would break the budget.
+    noisy = Labels()
+    for ok in [False, False, True, False, False, True]:
+        noisy.add(1.0, ok)
+    assert learned_threshold(noisy, 0.05) == NO_HIT_THRESHOLD > 1.0
+    # Evidence the other way (from later misses) earns the exact repeats back.
+    for _ in range(60):
+        noisy.add(1.0, True)
+    assert learned_threshold(noisy, 0.05) == STRICT_THRESHOLD
 
 
 def test_labels_above_a_threshold_between_bin_edges_do_not_count_the_bin_below() -> None:
@@ -140,6 +155,19 @@ def test_a_would_be_hit_is_explored_the_paid_answer_served_and_labelled(tmp_path
     stats = client.cache.stats().tables[0]
     assert (stats.labels, stats.labels_wrong, stats.explored) == (2, 1, 2)
     assert stats.explore_tokens == info.explore_tokens * 2
+
+
+def test_a_table_whose_identical_prompts_disagree_stops_hitting(tmp_path: Path) -> None:
+    # The LLM answers the same prompt 3, 7, 3, 7, ...: a cached answer disagrees with a fresh
+    # one half the time even word for word, so under δ = 0.05 the table stops serving.
+    client = _client(tmp_path, scripted(["3", "7"] * 20), wrong_hit_budget=0.05)
+    _ask(client, ["tree idle"], mode=Mode.COLLECT)
+    outcomes = [_ask(client, ["tree idle"])[1] for _ in range(12)]
+    assert outcomes[-1].threshold == NO_HIT_THRESHOLD
+    assert outcomes[-1].outcome == "miss" and not outcomes[-1].explored
+    assert all(i.outcome == "miss" for i in outcomes[-4:])
+    stats = client.cache.stats().tables[0]
+    assert stats.threshold_in_force == NO_HIT_THRESHOLD and stats.labels_wrong >= 3
 
 
 def test_an_explored_hit_whose_llm_answer_never_validates_serves_the_cached_one(
