@@ -229,6 +229,7 @@ def _collect_section(col: CollectResult, ctx: ReportContext) -> Section:
             "escalated",
             "failed (fallback)",
             "wall s",
+            "prompts/s",
         ],
         [
             (
@@ -242,6 +243,7 @@ def _collect_section(col: CollectResult, ctx: ReportContext) -> Section:
                 str(r.escalated),
                 str(r.failed),
                 f"{r.wall_seconds:.0f}",
+                f"{r.prompts_recorded / r.wall_seconds:.2f}" if r.wall_seconds > 0 else "n/a",
             )
             for r in col.runs
         ],
