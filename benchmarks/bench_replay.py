@@ -1,8 +1,10 @@
-"""Server settings A/B on a recorded run's own prompts: the same calls, several thread counts.
+"""Server settings A/B on a recorded run's own prompts: the same calls, several thread counts
+or constraints.
 
     python benchmarks/bench_replay.py runs/demo.jsonl --threads 1,2
     python benchmarks/bench_replay.py runs/demo.jsonl --category "high-level insights" \
         --category "importance score" --per-category 6 --threads 1,2 --rounds 2
+    python benchmarks/bench_replay.py runs/demo.jsonl --threads 2 --constraints recorded,none
 
 A dataset written by ``python -m agent_core run`` (or ``experiments`` collect) keeps every
 call's messages, model and constraints (the query's JSON schema and ``max_tokens``). This
@@ -13,6 +15,10 @@ threads ``--threads-batch``, by default every core). Unlike two town runs, which
 as one answer differs, every configuration gets identical prompts, so the ratio of wall times
 is the effect of the setting alone. Configurations alternate within each round, so a change in
 the machine's load hits them alike; the header prints the load average.
+
+``--constraints`` sends each call under its recorded JSON schema, under llama.cpp's generic
+JSON grammar (``json_object``) or unconstrained (``none``): what constrained decoding costs.
+Answers then differ in length, so compare the generation speed, not the wall times.
 
 Per configuration and round: wall seconds, completion tokens, and the server's own generation
 speed (its ``timings``); then each configuration's total wall time as a ratio of the first's.
@@ -50,14 +56,36 @@ def load_calls(path: Path, categories: list[str], per_category: int) -> list[dic
     return [record for group in picked.values() for record in group]
 
 
-def replay(server: LocalServer, calls: list[dict[str, Any]], seed: int) -> dict[str, float]:
-    client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
+#: How a replayed call is constrained: as recorded (the query's own JSON schema), by any JSON
+#: (llama.cpp's generic JSON grammar), or not at all -- what the grammar itself costs.
+CONSTRAINTS = ("recorded", "json_object", "none")
+
+
+def request_constraints(record: dict[str, Any], constraint: str) -> dict[str, Any]:
+    """The recorded call's constraints (``response_format``, ``max_tokens``), with its response
+    format replaced as ``constraint`` says; ``max_tokens`` stays, so answers stay bounded."""
+    if constraint not in CONSTRAINTS:
+        raise ValueError(f"constraint must be one of {CONSTRAINTS}, not {constraint!r}")
+    out = dict(record.get("constraints") or {})
+    if constraint == "json_object":
+        out["response_format"] = {"type": "json_object"}
+    elif constraint == "none":
+        out.pop("response_format", None)
+    return out
+
+
+def replay(
+    server: LocalServer, calls: list[dict[str, Any]], seed: int, constraint: str = "recorded"
+) -> dict[str, float]:
+    # The router now and then drops a kept-alive connection before a request reaches it; the
+    # client's retries resend such a request (it was never processed).
+    client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=2)
     tokens = 0
     generated_ms = 0.0
     generated_n = 0
     started = time.perf_counter()
     for record in calls:
-        constraints = record.get("constraints") or {}
+        constraints = request_constraints(record, constraint)
         params = {k: v for k, v in (record.get("params") or {}).items() if k != "model"}
         completion = client.chat.completions.create(
             model=server.models[0],
@@ -74,6 +102,9 @@ def replay(server: LocalServer, calls: list[dict[str, Any]], seed: int) -> dict[
     return {"wall": wall, "tokens": tokens, "generation_tps": speed}
 
 
+Config = tuple[int, str]  # generation threads, constraint
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dataset", type=Path, help="JSONL written by a town run")
@@ -83,6 +114,11 @@ def main() -> None:
     parser.add_argument(
         "--threads-batch", type=int, default=None, help="prompt threads (default: every core)"
     )
+    parser.add_argument(
+        "--constraints",
+        default="recorded",
+        help=f"comma-separated, of {', '.join(CONSTRAINTS)}: how each call is constrained",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -91,24 +127,28 @@ def main() -> None:
     if not calls:
         sys.exit(f"no recorded calls with messages in {args.dataset}")
     threads = [int(t) for t in args.threads.split(",")]
+    constraints = args.constraints.split(",")
+    for constraint in constraints:
+        request_constraints({}, constraint)  # an unknown name fails before any server starts
+    configs: list[Config] = [(t, c) for t in threads for c in constraints]
     print(header_line(machine_info()))
     print(f"# {len(calls)} recorded calls from {args.dataset.name}, sent one at a time")
-    totals: dict[int, float] = defaultdict(float)
+    totals: dict[Config, float] = defaultdict(float)
     for round_index in range(args.rounds):
-        for count in threads:
+        for count, constraint in configs:
             with LocalServer(threads=count, threads_batch=args.threads_batch) as server:
-                result = replay(server, calls, args.seed)
-            totals[count] += result["wall"]
+                result = replay(server, calls, args.seed, constraint)
+            totals[(count, constraint)] += result["wall"]
             print(
-                f"round {round_index + 1}  threads {count}: {result['wall']:7.1f} s  "
-                f"{result['tokens']:6d} completion tokens  "
+                f"round {round_index + 1}  threads {count}, {constraint}: {result['wall']:7.1f} s"
+                f"  {result['tokens']:6d} completion tokens  "
                 f"{result['generation_tps']:6.1f} tokens/s generating"
             )
-    base = totals[threads[0]]
-    for count in threads:
+    base = totals[configs[0]]
+    for config in configs:
         print(
-            f"threads {count}: {totals[count]:7.1f} s in all, {base / totals[count]:.2f}x "
-            f"the speed of threads {threads[0]}"
+            f"threads {config[0]}, {config[1]}: {totals[config]:7.1f} s in all, "
+            f"{base / totals[config]:.2f}x the speed of threads {configs[0][0]}, {configs[0][1]}"
         )
     print(header_line(machine_info()))
 

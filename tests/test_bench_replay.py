@@ -33,3 +33,22 @@ def test_picks_the_first_calls_of_each_chosen_category(tmp_path: Path) -> None:
 
     every = br.load_calls(dataset, [], per_category=1)
     assert [(r["category"], r["n"]) for r in every] == [("a", 0), ("b", 0), ("c", 0)]
+
+
+def test_constraints_replace_only_the_response_format() -> None:
+    import pytest
+
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}
+    record: dict[str, object] = {"constraints": {"response_format": schema, "max_tokens": 40}}
+    assert br.request_constraints(record, "recorded") == {
+        "response_format": schema,
+        "max_tokens": 40,
+    }
+    assert br.request_constraints(record, "json_object") == {
+        "response_format": {"type": "json_object"},
+        "max_tokens": 40,
+    }
+    assert br.request_constraints(record, "none") == {"max_tokens": 40}
+    assert record["constraints"] == {"response_format": schema, "max_tokens": 40}  # untouched
+    with pytest.raises(ValueError, match="one of"):
+        br.request_constraints(record, "grammar")
