@@ -50,6 +50,10 @@ _WRITE_BUDGET = 64
 
 EntryCheck = Callable[[CacheEntry], "str | None"]
 
+# How far a fetched entry's own cosine may fall short of an unfetched candidate's index score
+# and still be taken as at least as good (float32 index scores against float64 cosines).
+_SCORE_SLACK = 1e-6
+
 
 def _cosine(entry: CacheEntry, query: NDArray[np.float64], query_norm: float) -> float:
     """The cosine between the query and the vector stored in the entry itself."""
@@ -260,7 +264,10 @@ class SemanticCache:
         question it was not given for. A damaged entry (undecodable, failing its checksum, an
         unusable vector, or refused by ``check``, which names what is wrong) is evicted and
         counted; one that cannot be read for another reason (a locked or failing database) is
-        skipped and kept.
+        skipped and kept. Candidates are fetched in the index's order until no candidate left can
+        score higher than the best fetched, so usually one entry is read; ``check`` runs from
+        the best candidate down until one passes, so the first candidate returned has passed it
+        and the ones after it are not checked (only the first is served).
         """
         query = np.asarray(vector, dtype=np.float64).reshape(-1)
         query_norm = float(np.linalg.norm(query))
@@ -278,36 +285,53 @@ class SemanticCache:
                 if not expired or attempt == 3:
                     break
                 hits = self.backend.search(partition, vector, k or self.config.k)
-        out: list[Candidate] = []
+        # Fetching and decoding an entry costs more than the search, and checking it (``check``:
+        # rebuilding a whole response) more again, while only the best usable candidate is
+        # served. The index's scores come from the same stored vectors, so candidates are
+        # fetched in the index's order only until the best fetched scores at least every score
+        # left, and only the best is checked; a damaged one is dropped and the next fetched.
+        # (A stale or damaged index only makes this fetch more, or cost a hit.)
+        pending = sorted(hits, key=lambda h: -h[1])
+        scored: list[tuple[int, Candidate]] = []
         corrupt = 0
-        for entry_id, _ in hits:
-            try:
-                entry = self.backend.get(partition.key, entry_id)
-                if entry is None:
-                    continue
-                cosine = _cosine(entry, query, query_norm)
-                problem = check(entry) if check is not None else None
-                if problem is not None:
-                    raise CorruptEntryError(problem)
-            except CorruptEntryError as exc:
-                # A damaged entry is a counted miss, and removed so it cannot fail again.
-                corrupt += 1
-                logger.warning(
-                    "dropping damaged cache entry %s/%s: %s", partition.key, entry_id, exc
-                )
+        while True:
+            while pending and not (
+                scored and scored[0][1].similarity.cosine >= pending[0][1] - _SCORE_SLACK
+            ):
+                entry_id, _ = pending.pop(0)
                 try:
-                    self.backend.evict(partition.key, entry_id)
-                except Exception:
-                    logger.warning("could not evict a damaged entry", exc_info=True)
-                continue
-            except StoreError:
-                logger.warning(
-                    "could not read cache entry %s/%s", partition.key, entry_id, exc_info=True
-                )
-                continue
-            out.append(Candidate(entry=entry, similarity=Similarity(cosine=cosine)))
-        out.sort(key=lambda c: -c.similarity.cosine)  # stable: ties keep the index's order
-        return out, corrupt
+                    entry = self.backend.get(partition.key, entry_id)
+                    if entry is None:
+                        continue
+                    similarity = Similarity(cosine=_cosine(entry, query, query_norm))
+                except CorruptEntryError as exc:
+                    corrupt += self._drop_damaged(partition, entry_id, exc)
+                    continue
+                except StoreError:
+                    logger.warning(
+                        "could not read cache entry %s/%s", partition.key, entry_id, exc_info=True
+                    )
+                    continue
+                scored.append((entry_id, Candidate(entry=entry, similarity=similarity)))
+                # Best first; stable, so ties keep the index's order.
+                scored.sort(key=lambda s: -s[1].similarity.cosine)
+            if not scored:
+                return [], corrupt
+            entry_id, best = scored[0]
+            problem = check(best.entry) if check is not None else None
+            if problem is None:
+                return [c for _, c in scored], corrupt
+            corrupt += self._drop_damaged(partition, entry_id, CorruptEntryError(problem))
+            scored.pop(0)
+
+    def _drop_damaged(self, partition: Partition, entry_id: int, exc: Exception) -> int:
+        """Evict a damaged entry (a counted miss, removed so it cannot fail again); 1."""
+        logger.warning("dropping damaged cache entry %s/%s: %s", partition.key, entry_id, exc)
+        try:
+            self.backend.evict(partition.key, entry_id)
+        except Exception:
+            logger.warning("could not evict a damaged entry", exc_info=True)
+        return 1
 
     def adapt(
         self,

@@ -19,7 +19,6 @@ text) and is cached like any other, served again by the ``read`` modifier only.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 import uuid
@@ -192,17 +191,20 @@ def _send_validated(
 def _rebuild(entry: CacheEntry, content: str | None, usage: Usage) -> ChatCompletion:
     """A real ChatCompletion from the stored JSON, carrying the (modified) answer.
 
-    ``content=None`` keeps the stored message as it is (an answer made of tool calls).
+    ``content=None`` keeps the stored message as it is (an answer made of tool calls). Only the
+    parts changed here are copied (the top level, the first choice, its message): validation
+    builds new objects from the rest, and every lookup decodes its entry afresh.
     """
-    data = copy.deepcopy(entry.completion)
+    data = dict(entry.completion)
     data["id"] = f"chatcmpl-llmcache-{uuid.uuid4().hex[:24]}"
     data["created"] = int(time.time())
     choices = data.get("choices") or [
         {"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}}
     ]
-    data["choices"] = choices[:1]
+    first = dict(choices[0])
     if content is not None:
-        data["choices"][0]["message"]["content"] = content
+        first["message"] = {**first["message"], "content": content}
+    data["choices"] = [first]
     data["usage"] = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
@@ -228,7 +230,7 @@ def _answer_problem(entry: CacheEntry) -> str | None:
     """
     try:
         _rebuild(entry, None if _is_tool_call_entry(entry) else entry.content, Usage())
-    except (ValidationError, KeyError, IndexError, TypeError, AttributeError) as exc:
+    except (ValidationError, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"its stored completion is no longer a valid ChatCompletion ({reason})"
     return None

@@ -369,3 +369,46 @@ def test_a_damaged_count_met_first_by_a_write_is_recounted_exactly(
         else:
             store.evict(partition.key, entry.id)
             assert store.count(partition.key) == 3
+
+
+def test_only_the_best_candidates_are_read_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reading an entry costs more than the search, and rebuilding a response to check it more
+    # again: a lookup reads candidates until none left can beat the best, and checks the best,
+    # then the next only when the best is damaged (only the first is ever served).
+    fill(tmp_path / "c", 3)
+    client, _ = open_client(tmp_path / "c")
+    cache = client.cache
+    (partition,) = cache.partitions()
+    entries = sorted(cache.entries(partition.key), key=lambda e: e.id)
+    query = entries[0].vector()
+    checked: list[int] = []
+    read: list[int] = []
+    get = cache.backend.get
+
+    def counting_get(pkey: str, entry_id: int) -> CacheEntry | None:
+        read.append(entry_id)
+        return get(pkey, entry_id)
+
+    monkeypatch.setattr(cache.backend, "get", counting_get)
+
+    def passes(entry: CacheEntry) -> str | None:
+        checked.append(entry.id)
+        return None
+
+    found, dropped = cache.lookup(partition, query, check=passes)
+    assert dropped == 0 and found[0].entry.id == entries[0].id
+    assert checked == [entries[0].id] and read == [entries[0].id]  # one read, one check
+
+    checked.clear()
+
+    def best_is_damaged(entry: CacheEntry) -> str | None:
+        checked.append(entry.id)
+        return "damaged" if entry.id == entries[0].id else None
+
+    found, dropped = cache.lookup(partition, query, check=best_is_damaged)
+    assert dropped == 1 and entries[0].id not in {c.entry.id for c in found}
+    assert len(checked) == 2 and checked[1] == found[0].entry.id
+    assert cache.backend.count(partition.key) == 2  # the damaged one evicted
+    client.close()
