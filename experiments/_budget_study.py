@@ -212,9 +212,11 @@ def _one(
 
 
 def _table_figures(cache: SemanticCache, queries: Sequence[Prompt], tally: _Tally) -> None:
-    """The tables' own view at the end: labels, the cache's estimate of its wrong-hit rate, and
-    the median threshold in force, per group."""
+    """The tables' own view at the end: labels, the cache's estimate of its wrong-hit rate, the
+    median threshold in force of the tables still serving, and the tables closed, per group."""
     group_of = {q.category: q.group for q in queries}
+    tables: dict[str, int] = defaultdict(int)
+    closed: dict[str, int] = defaultdict(int)
     labels: dict[str, int] = defaultdict(int)
     wrong: dict[str, int] = defaultdict(int)
     in_force: dict[str, int] = defaultdict(int)
@@ -224,14 +226,19 @@ def _table_figures(cache: SemanticCache, queries: Sequence[Prompt], tally: _Tall
         if group is None:
             continue
         for g in (group, ALL):
+            tables[g] += 1
             labels[g] += table.labels
-            if table.threshold_in_force is not None:
+            if table.closed:
+                closed[g] += 1
+            elif table.threshold_in_force is not None:
                 thresholds[g].append(table.threshold_in_force)
             if table.wrong_rate is not None:
                 in_force[g] += table.labels_in_force
                 wrong[g] += round(table.wrong_rate * table.labels_in_force)
     for g, row in tally.groups.items():
         row.labels = labels.get(g, 0)
+        row.tables = tables.get(g, 0)
+        row.tables_closed = closed.get(g, 0)
         row.threshold_median = median(thresholds[g]) if thresholds.get(g) else None
         row.estimated_wrong_rate = wrong[g] / in_force[g] if in_force.get(g) else None
 

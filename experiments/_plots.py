@@ -559,7 +559,8 @@ def plot_budget(result: BudgetResult, path: str | Path) -> Path:
                 continue
             drawn = True
             x, y = 100 * row.cost_reduction, 100 * row.wrong_rate
-            err = [[y - 100 * row.wrong_low], [100 * row.wrong_high - y]]
+            # Rounding can put an interval's end a hair inside its point: clamp at zero.
+            err = [[max(0.0, y - 100 * row.wrong_low)], [max(0.0, 100 * row.wrong_high - y)]]
             static = run.budget is None
             label = f"{run.mode}: " + (
                 f"static {run.threshold:.2f}" if static else f"δ = {run.budget:g}"

@@ -742,6 +742,10 @@ def _wrong(row: BudgetGroup) -> str:
     )
 
 
+def _closed(row: BudgetGroup) -> str:
+    return f" ({row.tables_closed} of {row.tables} closed)" if row.tables_closed else ""
+
+
 def _budget_verdict(run: BudgetRun, groups: Sequence[str]) -> str:
     """One computed sentence per budget run: which groups kept the budget, which did not."""
     assert run.budget is not None
@@ -755,9 +759,12 @@ def _budget_verdict(run: BudgetRun, groups: Sequence[str]) -> str:
         else:
             over.append(f"{g} ({_pct(row.wrong_rate)}, interval from {_pct(row.wrong_low, 0)})")
     total = run.groups.get("all")
+    with_hits = len(groups) - len(empty)
     parts = [
         f"{run.mode}, {_config_name(run)}: the measured wrong-answer rate is within δ in "
-        f"{len(kept)} of {len(groups) - len(empty)} groups with hits"
+        f"{len(kept)} of {with_hits} groups with hits"
+        if with_hits
+        else f"{run.mode}, {_config_name(run)}: the cache served no hit in any group"
     ]
     if over:
         parts.append("over it in " + ", ".join(over))
@@ -776,7 +783,9 @@ def _budget_section(b: BudgetResult) -> Section:
         "and are stored, the tables label themselves with each query's own tolerance, and "
         "every served answer is judged against the true answer by that tolerance. Each "
         "budget δ runs beside the library's static default threshold on the same stream "
-        "(see `experiments/_budget_study.py`).",
+        "(see `experiments/_budget_study.py`). A table is *closed* when its labels show that "
+        "even near-identical prompts get answers that disagree more often than δ: it then "
+        "serves nothing.",
         "",
         *(f"- {_budget_verdict(r, groups)}" for r in b.runs if r.budget is not None),
         "",
@@ -797,7 +806,12 @@ def _budget_section(b: BudgetResult) -> Section:
                     _pct(row.estimated_wrong_rate),
                     _pct(row.cost_reduction),
                     f"{row.explored} / {row.labels}",
-                    _num(row.threshold_median),
+                    _num(row.threshold_median)
+                    + (
+                        f" ({row.tables_closed} of {row.tables} closed)"
+                        if row.tables_closed
+                        else ""
+                    ),
                     f"{row.untried} / {row.failed}",
                 )
             )
@@ -811,7 +825,7 @@ def _budget_section(b: BudgetResult) -> Section:
             "cache's own estimate",
             "cost cut",
             "explored / labels",
-            "median threshold in force",
+            "median threshold in force (tables closed)",
             "untried / failed",
         ],
         rows,

@@ -326,7 +326,9 @@ class BudgetGroup(BaseModel):
     explored: int = 0  # would-be hits also sent to the LLM, to label the table
     labels: int = 0  # labels the group's tables hold at the end
     estimated_wrong_rate: float | None = None  # the cache's own estimate at the end
-    threshold_median: float | None = None  # the median threshold in force (raw cosine)
+    threshold_median: float | None = None  # median threshold in force of the open tables
+    tables: int = 0  # the group's tables at the end
+    tables_closed: int = 0  # of them, tables whose labels stopped every hit (NO_HIT_THRESHOLD)
     baseline_usd: float = 0.0  # the same queries without a cache (recorded tokens)
     spent_usd: float = 0.0  # with the cache: misses, explorations, revisions
     cost_reduction: float | None = None  # 1 - spent / baseline

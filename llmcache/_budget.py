@@ -236,6 +236,7 @@ def with_budget(table: TableStats, labels: Labels, budget: float | None) -> Tabl
         update |= {
             "wrong_hit_budget": budget,
             "threshold_in_force": threshold,
+            "closed": threshold >= NO_HIT_THRESHOLD,
             "labels_in_force": n,
             "wrong_rate": wrong / n if n else None,
             "wrong_rate_ci": wilson_interval(wrong, n) if n else None,

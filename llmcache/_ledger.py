@@ -194,6 +194,9 @@ class TableStats(BaseModel):
     explore_usd: float = 0.0
     wrong_hit_budget: float | None = None
     threshold_in_force: float | None = None  # raw cosine: learned, or the strict fallback
+    # The labels show even near-identical prompts disagreeing more often than the budget
+    # allows: the table serves no hit (its threshold in force is above every cosine).
+    closed: bool = False
     labels_in_force: int = 0  # labels at or above the threshold in force
     wrong_rate: float | None = None  # wrong among them: the estimated wrong-hit rate
     wrong_rate_ci: tuple[float, float] | None = None  # its two-sided 95% Wilson interval
@@ -329,6 +332,8 @@ class CacheStats(BaseModel):
             for t in budgeted:
                 budget = f"{t.wrong_hit_budget:.3f}" if t.wrong_hit_budget is not None else "-"
                 thresh = f"{t.threshold_in_force:.3f}" if t.threshold_in_force is not None else "-"
+                if t.closed:
+                    thresh = "closed"
                 est = "-"
                 if t.wrong_rate is not None and t.wrong_rate_ci is not None:
                     low, high = t.wrong_rate_ci

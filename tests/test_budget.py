@@ -168,6 +168,7 @@ def test_a_table_whose_identical_prompts_disagree_stops_hitting(tmp_path: Path) 
     assert all(i.outcome == "miss" for i in outcomes[-4:])
     stats = client.cache.stats().tables[0]
     assert stats.threshold_in_force == NO_HIT_THRESHOLD and stats.labels_wrong >= 3
+    assert stats.closed
 
 
 def test_an_explored_hit_whose_llm_answer_never_validates_serves_the_cached_one(
