@@ -24,7 +24,7 @@ from typing import Any
 from ._profiles import PROFILES, Profile, get_profile
 from ._report import write_report
 from ._reproduce import EXPERIMENTS, Study, reproduce
-from ._results import CostResult, QualityResult, SaturationResult, load_result
+from ._results import BudgetResult, CostResult, QualityResult, SaturationResult, load_result
 
 
 def _summary(out: Path, report: Path, seconds: float | None) -> None:
@@ -70,6 +70,24 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
             print(
                 f"  {'random answer':14} {100 * rnd.rate:.1f}% [{100 * rnd.low:.0f}%, "
                 f"{100 * rnd.high:.0f}%] of {rnd.answers} answers"
+            )
+    budget_path = out / "budget.json"
+    if budget_path.exists():
+        budget = load_result(BudgetResult, budget_path)
+        print("wrong hits served online, under a wrong-hit budget and at the static default:")
+        for run in budget.runs:
+            total = run.groups.get("all")
+            if total is None:
+                continue
+            name = f"δ = {run.budget:g}" if run.budget is not None else f"static {run.threshold:g}"
+            wrong = (
+                f"{total.wrong}/{total.hits} hits wrong ({100 * total.wrong_rate:.1f}%)"
+                if total.wrong_rate is not None
+                else "no hits"
+            )
+            print(
+                f"  {run.mode:8} {name:12} {wrong}, "
+                f"{100 * (total.cost_reduction or 0):.1f}% cost cut"
             )
     sat_path = out / "saturation.json"
     if sat_path.exists():

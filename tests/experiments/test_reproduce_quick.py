@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from experiments._results import CollectResult, CorrelationResult, CostResult, load_result
+from experiments._results import (
+    BudgetResult,
+    CollectResult,
+    CorrelationResult,
+    CostResult,
+    load_result,
+)
 from llmcache.llm import DEFAULT_MODEL, LocalServerError, find_llama_server, find_model
 
 pytestmark = pytest.mark.slow
@@ -38,6 +44,7 @@ FIGURES = (
     "compare",
     "cost",
     "quality",
+    "budget",
 )
 
 
@@ -88,3 +95,8 @@ def test_quick_profile_reproduces_everything(tmp_path: Path) -> None:
     assert "cost of a held-out run" in proc.stdout and "report:" in proc.stdout
     assert "acceptable answers in serve mode" in proc.stdout
     assert "**Headline**" in report and "pairwise" in report
+    # The wrong-hit budget answered the held-out run online, every query accounted for.
+    budget = load_result(BudgetResult, out / "budget.json")
+    held_out = collect.runs[-1].prompts_kept
+    assert all(r.groups["all"].queries == held_out for r in budget.runs)
+    assert "wrong hits served online" in proc.stdout and "## Wrong-hit budget" in report
