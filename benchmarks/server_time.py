@@ -42,6 +42,8 @@ _PROMPT = re.compile(
 _EVAL = re.compile(
     r"^(?:\[(?P<port>\d+)\] )?.*\| +eval time = +(?P<ms>[\d.]+) ms / +(?P<n>\d+) tok"
 )
+# Which timing line adds to which figures of a Breakdown.
+_TIMINGS = ((_PROMPT, "prompt_tokens", "prompt_s"), (_EVAL, "generated_tokens", "generation_s"))
 # The router names the model behind each port: "proxying request to model NAME on port PORT".
 _MODEL = re.compile(r"request to model (?P<model>\S+) on port (?P<port>\d+)")
 
@@ -90,17 +92,13 @@ def breakdowns(lines: list[str]) -> dict[str, Breakdown]:
             events[port].append((seconds(slot["stamp"]), 1 if launch else -1))
             found[port].requests += launch
             continue
-        prompt = _PROMPT.search(line)
-        if prompt is not None:
-            row = found[prompt["port"] or ""]
-            row.prompt_tokens += int(prompt["n"])
-            row.prompt_s += float(prompt["ms"]) / 1e3
-            continue
-        generated = _EVAL.search(line)
-        if generated is not None:
-            row = found[generated["port"] or ""]
-            row.generated_tokens += int(generated["n"])
-            row.generation_s += float(generated["ms"]) / 1e3
+        for pattern, tokens, spent in _TIMINGS:
+            timing = pattern.search(line)
+            if timing is not None:
+                row = found[timing["port"] or ""]
+                setattr(row, tokens, getattr(row, tokens) + int(timing["n"]))
+                setattr(row, spent, getattr(row, spent) + float(timing["ms"]) / 1e3)
+                break
     for port, row in found.items():
         _busy(row, events.get(port, []))
     return {names.get(port, f"port {port or '?'}"): row for port, row in found.items()}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib
 
@@ -493,6 +493,22 @@ def plot_cost(result: CostResult, path: str | Path) -> Path:
 # --- quality ---------------------------------------------------------------------------------
 
 
+_LegendAt = Literal["lower left", "upper left"]
+
+
+def _cost_cut_panel(ax: Axes, drawn: bool, *, empty: str, ylabel: str, legend: _LegendAt) -> None:
+    """A panel of cost cut (%) against ``ylabel`` (%), both 0-100, or ``empty`` when nothing
+    was drawn on it."""
+    if not drawn:
+        _empty(ax, empty)
+        return
+    ax.set_xlabel("cost cut (%)", fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_xlim(-2, 102)
+    ax.set_ylim(-2, 102)
+    ax.legend(fontsize=6, loc=legend)
+
+
 def plot_quality(result: QualityResult, path: str | Path) -> Path:
     """Cost-quality curves: per group, the cost cut against the share of acceptable answers
     at every similarity threshold (95% Wilson band), each mode's serve-mode point marked, and
@@ -525,14 +541,8 @@ def plot_quality(result: QualityResult, path: str | Path) -> Path:
             ax.axhline(100 * rnd.rate, color=MODE_COLORS["random"], ls="--", lw=1,
                        label="random answer")  # fmt: skip
             ax.axhspan(100 * rnd.low, 100 * rnd.high, color=MODE_COLORS["random"], alpha=0.12)
-        if not drawn:
-            _empty(ax, "no answers")
-        else:
-            ax.set_xlabel("cost cut (%)", fontsize=8)
-            ax.set_ylabel("acceptable answers (%)", fontsize=8)
-            ax.set_xlim(-2, 102)
-            ax.set_ylim(-2, 102)
-            ax.legend(fontsize=6, loc="lower left")
+        _cost_cut_panel(ax, drawn, empty="no answers", ylabel="acceptable answers (%)",
+                        legend="lower left")  # fmt: skip
         n = result.queries.get(group, sum(result.queries.values()))
         ax.set_title(f"{_short(group)} ({n} queries)", fontsize=9)
     fig.suptitle(
@@ -570,14 +580,8 @@ def plot_budget(result: BudgetResult, path: str | Path) -> Path:
                         label=label)  # fmt: skip
         for budget in sorted({r.budget for r in result.runs if r.budget is not None}):
             ax.axhline(100 * budget, color="black", ls=":", lw=1)
-        if not drawn:
-            _empty(ax, "no hits")
-        else:
-            ax.set_xlabel("cost cut (%)", fontsize=8)
-            ax.set_ylabel("wrong hits (% of served)", fontsize=8)
-            ax.set_xlim(-2, 102)
-            ax.set_ylim(-2, 102)
-            ax.legend(fontsize=6, loc="upper left")
+        _cost_cut_panel(ax, drawn, empty="no hits", ylabel="wrong hits (% of served)",
+                        legend="upper left")  # fmt: skip
         ax.set_title(_short(group), fontsize=9)
     fig.suptitle(
         f"Wrong-hit budget: run {result.query_run} answered online from run "
