@@ -17,8 +17,9 @@ per budget δ of the profile and once at the library's static default threshold:
   tolerance: the share judged wrong is what δ promises to bound.
 
 Costs are measured tokens at the study's LLM price (:func:`~._cost.study_price_table`); the
-baseline is the same queries without a cache. Exploration draws are not seeded (the library's
-are not), so a rerun may differ by a few explored hits.
+baseline is the same queries without a cache. Exploration draws are seeded (the profile's
+seed, ``CacheConfig.explore_seed``), so a rerun explores the same calls -- as long as every
+revision it asks for gets the same answer, which a sampling LLM need not give.
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ def _one(
     embedder: Embedder,
     answers: _Answers,
     max_attempts: int,
+    seed: int,
     progress: Callable[[int], None] | None,
 ) -> BudgetRun:
     tally = _Tally()
@@ -160,7 +162,9 @@ def _one(
         cache = SemanticCache(
             Path(tmp),
             embedder=embedder,
-            config=cache_config(mode=Mode.COLLECT, embed=EmbedMode(mode), max_attempts=1),
+            config=cache_config(mode=Mode.COLLECT, embed=EmbedMode(mode), max_attempts=1).updated(
+                explore_seed=seed
+            ),
             prices=study_price_table(),
         )
         try:
@@ -254,6 +258,7 @@ def budget_study(
     budgets: Sequence[float],
     revise_budget: int,
     max_attempts: int,
+    seed: int = 0,
     progress: Callable[[int], None] | None = None,
 ) -> BudgetResult:
     """The held-out run ``queries`` answered online from tables of ``table_run``, per mode: at
@@ -274,6 +279,7 @@ def budget_study(
             embedder=embedder,
             answers=_Answers([*table_run, *queries], client, model, per_config),
             max_attempts=max_attempts,
+            seed=seed,
             progress=progress,
         )
         for mode in MODES

@@ -304,6 +304,7 @@ class Study:
                 budgets=self.profile.budgets,
                 revise_budget=self.profile.revise_budget,
                 max_attempts=self.profile.max_attempts,
+                seed=self.profile.seed,
                 progress=bar.update,
             )
         finally:

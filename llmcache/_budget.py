@@ -265,14 +265,14 @@ class BudgetBook:
     table's labels change, so that a lookup pays a dictionary read.
     """
 
-    def __init__(self, backend: CacheBackend, ledger: Ledger) -> None:
+    def __init__(self, backend: CacheBackend, ledger: Ledger, seed: int | None = None) -> None:
         self._backend = backend
         self._ledger = ledger
         self._lock = threading.Lock()
         self._tables: dict[str, Labels] = {}
         self._thresholds: dict[tuple[str, float], float] = {}
         self._loaded_at: float | None = None
-        self._random = random.Random()
+        self._random = random.Random(seed)  # seeded: a replayed stream explores the same calls
 
     def _load(self) -> None:
         """(Re)read every table's labels: this process's are flushed first, so none is lost or

@@ -171,7 +171,7 @@ class SemanticCache:
             backend.close()
             raise
         ledger = Ledger(backend)
-        book = BudgetBook(backend, ledger)
+        book = BudgetBook(backend, ledger, seed=self.config.explore_seed)
         return _Tables(backend, ledger, stored_limits, book, VerifyQueue(ledger, book, self.prices))
 
     # -- views -------------------------------------------------------------------------------

@@ -90,6 +90,9 @@ class CacheConfig(BaseModel):
     wrong hits stays at or under δ (docs/wrong-hit-budget.md). Labels compare a cached answer
     with a fresh one by the category's ``equivalence`` (an :class:`~llmcache.Equivalence`;
     default :func:`~llmcache.same_answer`). Categories and calls may set their own of both.
+    ``explore_seed`` seeds the draws that pick which would-be hits are explored (``None``:
+    unseeded), so a replayed stream explores the same calls again; it is read when the cache
+    is opened, and views made by :meth:`~llmcache.SemanticCache.with_config` share its draws.
 
     ``verifier`` (a :class:`~llmcache.Verifier`, e.g. :class:`~llmcache.LLMVerifier`; ``None``:
     off) re-scores, in ``online`` mode, a *near miss*: a nearest entry whose cosine lies in
@@ -121,6 +124,7 @@ class CacheConfig(BaseModel):
     max_bytes: int | None = Field(default=None, ge=1)
     ttl_seconds: float | None = Field(default=None, gt=0)
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
+    explore_seed: int | None = None
     verifier: Any = None  # a Verifier; Any because Protocols are not pydantic types
     verify_band: float = Field(default=0.1, gt=0.0, le=1.0)
     verify_path: VerifyPath = "request"

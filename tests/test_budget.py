@@ -157,6 +157,22 @@ def test_a_would_be_hit_is_explored_the_paid_answer_served_and_labelled(tmp_path
     assert stats.explore_tokens == info.explore_tokens * 2
 
 
+def test_a_seeded_cache_explores_the_same_calls_again(tmp_path: Path) -> None:
+    def explored(path: Path, seed: int | None) -> list[bool]:
+        client = _client(path, scripted(["3"] * 80), wrong_hit_budget=0.02, explore_seed=seed)
+        _ask(client, ["tree idle"], mode=Mode.COLLECT)
+        # Past the first five (always explored), each would-be hit is a draw.
+        out = [_ask(client, ["tree idle"])[1].explored for _ in range(40)]
+        client.close()
+        return out
+
+    first = explored(tmp_path / "a", seed=7)
+    assert first == explored(tmp_path / "b", seed=7)
+    assert first[:5] == [True] * 5 and not all(first)
+    others = [explored(tmp_path / f"s{seed}", seed=seed) for seed in (1, 2, 3)]
+    assert any(o != first for o in others)  # the seed decides, not the stream alone
+
+
 def test_a_table_whose_identical_prompts_disagree_stops_hitting(tmp_path: Path) -> None:
     # The LLM answers the same prompt 3, 7, 3, 7, ...: a cached answer disagrees with a fresh
     # one half the time even word for word, so under δ = 0.05 the table stops serving.
