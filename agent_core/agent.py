@@ -39,7 +39,13 @@ from .config import SimConfig
 from .memory import EmbeddingMemo, MemoryKind, MemoryStream
 from .persona import AgentSeed
 from .plans import PlanItem, fit_to_window, split_window
-from .rules import DAY_WINDOW, DECOMPOSITION_RULE, INITIAL_PLAN_RULE, REVISION_RULE
+from .rules import (
+    DAY_WINDOW,
+    DECOMPOSITION_RULE,
+    INITIAL_PLAN_RULE,
+    REVISION_RULE,
+    ReactionOptions,
+)
 from .templates import (
     ACTOR_REACTION,
     ACTOR_STATUS,
@@ -140,6 +146,7 @@ class Agent:
         embed: EmbeddingMemo,
         config: SimConfig,
         rng: random.Random,
+        options_rng: random.Random | None = None,
     ) -> None:
         self.seed = seed
         self.name = seed.name
@@ -148,6 +155,9 @@ class Agent:
         self.llm = llm
         self.config = config
         self.rng = rng
+        # A stream of its own for the order reaction options are shown in, so that showing them
+        # shuffled leaves every other draw of the run as it was.
+        self.options_rng = options_rng or random.Random(f"{seed.name}:options")
         self.memory = MemoryStream(embed)
         self.tree = PersonalTree(world)
         for structure in seed.seed_structures:
@@ -600,7 +610,8 @@ class Agent:
         assert self.current is not None
         current = self.current.activity
         label = self.world.actor(event.subject).label
-        options = [f"continue {current}", f"use the {label}", "go somewhere else"]
+        reaction = ReactionOptions.of(current, f"use the {label}")
+        options = reaction.shuffled(self.options_rng)
         answer = self._ask(
             ACTOR_REACTION,
             now,
@@ -608,10 +619,10 @@ class Agent:
             Requirements(options=options),
             context={"current": current, "observation": event.description},
         )
-        if answer is None or answer.choice == options[0]:
+        if answer is None or answer.choice == reaction.keep:
             return
         minutes = self._round_minutes(answer.minutes)
-        if answer.choice == options[1]:
+        if answer.choice == reaction.act:
             area = self.world.area_of(event.subject)
             task = Task(
                 now,
@@ -632,7 +643,8 @@ class Agent:
         assert self.current is not None
         current = self.current.activity
         memories = [m.description for m in self.memory.retrieve(other.name, now, 5)]
-        options = [f"continue {current}", f"talk to {other.name}", "go somewhere else"]
+        reaction = ReactionOptions.of(current, f"talk to {other.name}")
+        options = reaction.shuffled(self.options_rng)
         answer = self._ask(
             AGENT_REACTION,
             now,
@@ -645,9 +657,9 @@ class Agent:
             },
             Requirements(options=options),
         )
-        if answer is None or answer.choice == options[0]:
+        if answer is None or answer.choice == reaction.keep:
             return
-        if answer.choice == options[1]:
+        if answer.choice == reaction.act:
             converse(self, other, now)
             return
         task = self._elsewhere(now, answer.activity, self._round_minutes(answer.minutes))

@@ -31,7 +31,9 @@ __all__ = [
     "QUESTION_COUNT",
     "REACTION_MINUTES",
     "REVISION_RULE",
+    "ReactionOptions",
     "ScheduleRule",
+    "keeps_on",
 ]
 
 #: The waking day a daily plan must fit in.
@@ -39,6 +41,37 @@ DAY_WINDOW = ("06:00", "24:00")
 
 #: How long a reaction may keep an agent busy, in minutes.
 REACTION_MINUTES = (10, 120)
+
+_KEEP = "continue "
+_LEAVE = "go somewhere else"
+
+
+@dataclass(frozen=True)
+class ReactionOptions:
+    """The three options of a reaction, by what they mean: keep on with the current activity
+    (the town then ignores the answer's activity and minutes), act (use the actor, talk to the
+    other agent), or leave. A prompt lists them in a seeded random order: small models pick the
+    first option they are shown, and with "continue" always first no agent ever talked."""
+
+    keep: str
+    act: str
+    leave: str = _LEAVE
+
+    @classmethod
+    def of(cls, current: str, act: str) -> ReactionOptions:
+        return cls(keep=f"{_KEEP}{current}", act=act)
+
+    def shuffled(self, rng: Any) -> list[str]:
+        """The options in the order ``rng`` (a ``random.Random``) draws."""
+        shown = [self.keep, self.act, self.leave]
+        rng.shuffle(shown)
+        return shown
+
+
+def keeps_on(option: str) -> bool:
+    """Whether a reaction's option is the one that keeps the agent on its current activity."""
+    return option.startswith(_KEEP)
+
 
 #: Questions a reflection asks, and insights it draws per question.
 QUESTION_COUNT = 3

@@ -106,6 +106,7 @@ class Simulation:
                 self.config,
                 # A string seed is hashed with SHA-512 by random: stable across processes.
                 random.Random(f"{seed}:{s.name}"),
+                random.Random(f"{seed}:{s.name}:options"),
             )
             for s in seeds
         )

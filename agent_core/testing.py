@@ -42,16 +42,26 @@ from openai.types.chat import ChatCompletion
 
 from .clock import hhmm, parse_hhmm
 from .plans import TIME_PATTERN
+from .rules import ReactionOptions, keeps_on
 from .templates import CATEGORIES, category_of_schema_name, template
 
 __all__ = ["ScriptedLLM"]
 
-# How likely each of a reaction's options is, by position (continue, engage, go elsewhere):
-# agents mostly carry on with what they do, and often talk to someone they meet.
+# How likely each of a reaction's options is, by what it means (continue, engage, go
+# elsewhere), whatever order the prompt lists them in: agents mostly carry on with what they
+# do, and often talk to someone they meet.
 _CHOICE_WEIGHTS: dict[str, tuple[float, ...]] = {
     "actor reaction": (0.6, 0.25, 0.15),
     "agent reaction": (0.4, 0.45, 0.15),
 }
+
+
+def _meaning(option: str) -> int:
+    """A reaction option's place in ``_CHOICE_WEIGHTS``: continue, engage, go elsewhere."""
+    if keeps_on(option):
+        return 0
+    return 2 if option == ReactionOptions.leave else 1
+
 
 # How often a schedule item is at the first of its places: the town lists the places an agent
 # knows in the order it learnt them, home first, and most of a day happens at home.
@@ -231,7 +241,8 @@ class _Writer:
     def member(self, values: list[Any], hint: Any, field: str) -> Any:
         if hint is _NO_HINT:
             if field == "choice" and self.weights and len(self.weights) == len(values):
-                return self.rng.choices(values, weights=self.weights)[0]
+                weights = [self.weights[_meaning(v)] for v in values]
+                return self.rng.choices(values, weights=weights)[0]
             if field == "location" and self.depth and self.rng.random() < _HOME_BIAS:
                 return values[0]
             return self.rng.choice(values)

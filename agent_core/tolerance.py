@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from .rules import keeps_on
+
 if TYPE_CHECKING:
     from .templates import Requirements
 
@@ -166,8 +168,9 @@ class SameOption(Tolerance):
 class SameReaction(SameOption):
     """The same option; when that option acts, also an activity similar to the truth's.
 
-    The first option of a reaction is "continue <what the agent is doing>": the town then
-    ignores the activity and minutes, so only the other options compare them."""
+    When the option keeps the agent on its current activity ("continue ...",
+    :func:`~agent_core.rules.keeps_on`) the town ignores the activity and minutes, so only the
+    other options compare them."""
 
     activity: str = "activity"
 
@@ -180,7 +183,7 @@ class SameReaction(SameOption):
 
     def describe(self) -> str:
         return (
-            f"the same `{self.field}` option; unless it is the first (continue), a similar "
+            f"the same `{self.field}` option; unless it is the continue option, a similar "
             f"`{self.activity}`"
         )
 
@@ -195,7 +198,8 @@ class SameReaction(SameOption):
         if reason is not None:
             return reason
         options = requirements.options
-        if options and _option(getattr(truth, self.field), options) == options[0]:
+        chosen = _option(getattr(truth, self.field), options) if options else None
+        if chosen is not None and keeps_on(chosen):
             return None
         return _text_reason(self.activity, self.text(answer), self.text(truth), text)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -167,3 +168,37 @@ def test_a_reflection_asks_about_the_newest_memories_that_fit(
     assert 0 < sum(map(len, statements)) <= budget
     assert statements[-1].startswith("memory 099")  # the newest kept, in order
     assert len(statements) == budget // len(statements[-1]) < 100
+
+
+def test_reaction_options_are_shown_in_a_seeded_order_and_read_by_meaning(
+    world: World, make_llm: MakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small models pick the first option they are shown: with "continue" always first, no agent
+    # of a standard run on SmolLM2 ever talked. The options are now shuffled by a stream of
+    # their own, and the town acts on what the chosen option means, wherever it was listed.
+    import agent_core.agent as agent_module
+    from agent_core.responses import AgentReactionResponse
+
+    def reactions(seed: str) -> tuple[list[list[str]], list[str]]:
+        agent = make_agent(world, make_llm())
+        agent.options_rng = random.Random(seed)
+        other = make_agent(world, make_llm(), name="Ethan Wilson")
+        agent.current = SimpleNamespace(activity="reading")  # what a reaction reads of it
+        shown: list[list[str]] = []
+
+        def ask(tmpl: Any, now: int, slots: dict[str, Any], *args: Any) -> Any:
+            shown.append(list(slots["options"]))
+            return AgentReactionResponse(choice="talk to Ethan Wilson", activity="chat", minutes=10)
+
+        talked: list[str] = []
+        monkeypatch.setattr(agent, "_ask", ask)
+        monkeypatch.setattr(agent_module, "converse", lambda a, b, now: talked.append(b.name))
+        for t in range(12):
+            agent.agent_reaction(600 + t, other, Town([agent, other]))
+        return shown, talked
+
+    shown, talked = reactions("s")
+    assert talked == ["Ethan Wilson"] * 12  # acted on by meaning, at any position
+    assert all(sorted(o) == sorted(shown[0]) for o in shown)
+    assert len({o[0] for o in shown}) == 3  # each option is shown first sometimes
+    assert reactions("s")[0] == shown  # seeded: the same orders again

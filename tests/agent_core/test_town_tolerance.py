@@ -99,6 +99,12 @@ def test_actor_reaction_same_option_and_similar_activity_when_acting() -> None:
     cont = _j(choice=REACT[0], activity="reading", minutes=10)
     cont2 = _j(choice=REACT[0], activity="sleeping", minutes=60)
     assert ACTOR_REACTION.acceptable(cont2, cont, req, text=text).acceptable
+    # The town shows the options in a shuffled order: "continue" is known by what it says.
+    shuffled = Requirements(options=[REACT[2], REACT[0], REACT[1]])
+    assert ACTOR_REACTION.acceptable(cont2, cont, shuffled, text=text).acceptable
+    leave = _j(choice=REACT[2], activity="walking home", minutes=20)
+    elsewhere = _j(choice=REACT[2], activity="cleaning the stove", minutes=20)
+    assert not ACTOR_REACTION.acceptable(elsewhere, leave, shuffled, text=text).acceptable
 
 
 PLACES = ["Wilson Family House", "Cafe", "Library"]
