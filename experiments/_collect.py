@@ -1,12 +1,16 @@
 """``collect``: simulate the town R times on a real LLM and keep every run's dataset.
 
 Runs are cached: a run whose dataset and summary exist for the same settings is not simulated
-again, so re-plotting or re-running one experiment never re-simulates. A run interrupted half
-way (dataset without summary) is simulated again from scratch.
+again, so re-plotting or re-running one experiment never re-simulates. The settings include a
+digest of the town's code and data (:func:`town_fingerprint`), so a study is never made of runs
+that different versions of the town recorded. A run interrupted half way (dataset without
+summary) is simulated again from scratch.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 from collections import Counter
@@ -14,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import agent_core
 from agent_core import Simulation
 from agent_core.llm import open_town_llm
 from agent_core.persona import load_agents
@@ -24,7 +29,7 @@ from ._data import load_run
 from ._profiles import Profile
 from ._results import CategoryCounts, CollectResult, RunInfo
 
-__all__ = ["collect", "run_paths"]
+__all__ = ["collect", "run_paths", "town_fingerprint"]
 
 logger = logging.getLogger("experiments")
 
@@ -35,8 +40,22 @@ def run_paths(out: Path, run: int) -> tuple[Path, Path]:
     return data / f"run{run}.jsonl", data / f"run{run}.summary.json"
 
 
+@functools.cache
+def town_fingerprint() -> str:
+    """A digest of the town's code and data (every file of the ``agent_core`` package): runs
+    recorded by another version of the town are simulated again, not mixed into one study."""
+    root = Path(agent_core.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _settings(profile: Profile, run: int, llm: dict[str, Any]) -> dict[str, Any]:
     return {
+        "town": town_fingerprint(),
         "seed": run,
         "days": profile.days,
         "agents": profile.agents,

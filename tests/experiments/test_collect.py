@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from agent_core import Simulation, load_agents, open_town_llm
 from agent_core.testing import ScriptedLLM
 from experiments import STANDARD, Profile
@@ -65,3 +67,21 @@ def test_the_standard_town_asks_all_fourteen_categories() -> None:
         llm.close()
     assert len(summary.agents) == 8
     assert len(summary.calls) == 14, sorted(summary.calls)
+
+
+def test_a_run_recorded_by_another_town_is_simulated_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import experiments._collect as collect_module
+
+    profile = _profile(runs=3, days=0.05)
+    _collect(profile, tmp_path)
+    summary = run_paths(tmp_path, 1)[1]
+    recorded = json.loads(summary.read_text())["settings"]
+    assert recorded["town"] == collect_module.town_fingerprint()
+    before = summary.stat().st_mtime_ns
+    _collect(profile, tmp_path)  # the same town: kept
+    assert summary.stat().st_mtime_ns == before
+    monkeypatch.setattr(collect_module, "town_fingerprint", lambda: "another town")
+    _collect(profile, tmp_path)  # another town: simulated again
+    assert json.loads(summary.read_text())["settings"]["town"] == "another town"
