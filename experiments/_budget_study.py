@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import median
+from types import SimpleNamespace
 from typing import Any
 
 from agent_core import TextAgreement, TownCall
@@ -36,7 +37,7 @@ from agent_core.llm import cache_config, town_options, town_request
 from llmcache import CachedLLM, CacheOptions, Embedder, EmbedMode, Mode, SemanticCache
 
 from ._cost import study_price_table
-from ._cost_study import ReplayClient, messages_key
+from ._cost_study import ReplayClient
 from ._data import MODES, Prompt, kept_groups
 from ._quality import ALL
 from ._results import BudgetGroup, BudgetResult, BudgetRun
@@ -67,19 +68,6 @@ class _OutOfRevisions(Exception):
     """A revision asked for after the revise budget ran out."""
 
 
-class _Completions:
-    def __init__(self, owner: _Answers) -> None:
-        self._owner = owner
-
-    def create(self, **kwargs: Any) -> Any:
-        return self._owner.create(**kwargs)
-
-
-class _Chat:
-    def __init__(self, owner: _Answers) -> None:
-        self.completions = _Completions(owner)
-
-
 class _Answers:
     """The budget replay's LLM: a recorded query gets its recorded answer at its recorded
     tokens; anything else (a revision of a cached answer) goes to the real LLM while the revise
@@ -87,17 +75,18 @@ class _Answers:
 
     def __init__(self, recorded: Sequence[Prompt], client: Any, model: str, budget: int) -> None:
         self._replay = ReplayClient(recorded)
-        self._known = {messages_key(p.messages) for p in recorded}
         self._client = client
         self._model = model
         self._budget = budget
         self.revise_calls = 0
         self.refused = False  # set when a revision was refused; the caller resets it
-        self.chat = _Chat(self)
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
     def create(self, **kwargs: Any) -> Any:
-        if messages_key(kwargs["messages"]) in self._known:
+        try:
             return self._replay.chat.completions.create(**kwargs)
+        except KeyError:  # not a recorded query: a revision
+            pass
         if self.revise_calls >= self._budget:
             self.refused = True
             raise _OutOfRevisions("the revise budget of this configuration is spent")
