@@ -47,6 +47,10 @@ class Profile(BaseModel):
     # Which tier judges: the simulation's own model ("default") or the superior one. The
     # reference judge always runs beside it.
     judge_tier: str = Field(default="superior", pattern="^(default|superior)$")
+    # Which tier the pairwise judge (served vs true answer, both orders) asks. Two candidates
+    # make a short prompt, so even the quick profile affords the strongest local model, which
+    # issue 11 asks for; the 5-way rankings above stay on ``judge_tier``.
+    pairwise_tier: str = Field(default="superior", pattern="^(default|superior)$")
     seed: int = 0
     expected_minutes: str = ""  # documented wall time on 2 cores with the local model
 

@@ -74,10 +74,14 @@ class Study:
             self._conn = open_llm()
         return self._conn
 
+    def tier_model(self, tier: str) -> str:
+        """The model a profile's tier names ("default" or "superior") on this backend."""
+        b = self.conn.backend
+        return b.superior_model if tier == "superior" else b.model
+
     @property
     def judge_model(self) -> str:
-        b = self.conn.backend
-        return b.superior_model if self.profile.judge_tier == "superior" else b.model
+        return self.tier_model(self.profile.judge_tier)
 
     @property
     def store(self) -> EmbeddingStore:
@@ -263,6 +267,7 @@ class Study:
 
     def _quality(self) -> QualityResult:
         held_out = self.run(self.profile.runs)
+        pairwise = self.tier_model(self.profile.pairwise_tier)
         bar = self._bar(len(held_out), "quality: serving the held-out run")
         try:
             with self._adapter() as adapter:
@@ -275,10 +280,10 @@ class Study:
                     # Cached vs true, each pair in both orders: disagreement is a tie.
                     LLMJudge(
                         self.conn.client,
-                        model=self.judge_model,
+                        model=pairwise,
                         shuffles=2,
                         seed=self.profile.seed,
-                        name="pairwise",
+                        name=f"pairwise ({pairwise})",
                     ),
                     llm_judge_queries=self.profile.llm_judge_queries,
                     seed=self.profile.seed,

@@ -25,7 +25,13 @@ from experiments._cost_study import messages_key
 from experiments._data import load_run
 from experiments._report import write_report
 from experiments._reproduce import EXPERIMENTS, Study, reproduce
-from experiments._results import BudgetResult, CollectResult, CostResult, load_result
+from experiments._results import (
+    BudgetResult,
+    CollectResult,
+    CostResult,
+    QualityResult,
+    load_result,
+)
 from llmcache import RecordedCall, Recorder
 from llmcache.llm import LLMBackend, LLMKind
 from llmcache.testing import HashEmbedder
@@ -39,6 +45,7 @@ class _RankingOrScripted:
         self.chat = self
         self.completions = self
         self.rankings = 0
+        self.ranking_models: Counter[tuple[int, str]] = Counter()  # (candidates, model)
 
     def create(self, **kwargs: Any) -> ChatCompletion:
         fmt = kwargs.get("response_format") or {}
@@ -47,6 +54,7 @@ class _RankingOrScripted:
             return self.town.chat.completions.create(**kwargs)
         self.rankings += 1
         n = schema["schema"]["properties"]["ranking"]["maxItems"]
+        self.ranking_models[(n, kwargs["model"])] += 1
         return ChatCompletion.model_validate(
             {
                 "id": f"rank-{self.rankings}",
@@ -74,7 +82,7 @@ class _StandIn:
         self.backend = LLMBackend(
             kind=LLMKind.URL,
             model="scripted",
-            superior_model="scripted",
+            superior_model="scripted-superior",
             base_url="http://scripted.invalid/v1",
         )
 
@@ -100,9 +108,14 @@ TINY = Profile(
 
 
 @pytest.fixture(scope="module")
-def study_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def stand_in() -> _StandIn:
+    return _StandIn()
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory: pytest.TempPathFactory, stand_in: _StandIn) -> Path:
     out = tmp_path_factory.mktemp("study")
-    study = Study(TINY, out, progress=False, embedder=HashEmbedder(), _conn=_StandIn())  # type: ignore[arg-type]
+    study = Study(TINY, out, progress=False, embedder=HashEmbedder(), _conn=stand_in)  # type: ignore[arg-type]
     reproduce(study)
     write_report(
         out,
@@ -150,6 +163,17 @@ def test_the_report_says_what_the_run_measured_not_canned_claims(study_dir: Path
         assert f"| {category} | {asked} | " in text
     counts = collect.runs[0].categories
     assert sum(c.asked for c in counts.values()) == collect.runs[0].prompts_recorded
+
+
+def test_the_pairwise_judge_asks_the_superior_model(study_dir: Path, stand_in: _StandIn) -> None:
+    # The pairwise judge ranks two candidates on the superior tier; the rankings of more
+    # candidates (correlation, compare) stay on judge_tier.
+    asked = stand_in.client.ranking_models
+    assert {n for n, m in asked if m == "scripted-superior"} == {2}
+    assert {m for n, m in asked if n > 2} == {"scripted"}
+    quality = load_result(QualityResult, study_dir / "quality.json")
+    assert set(quality.reliability) == {"pairwise (scripted-superior)"}
+    assert "pairwise (scripted-superior)" in (study_dir / "report.md").read_text()
 
 
 def test_cost_replay_goes_through_cachedllm(study_dir: Path) -> None:
