@@ -10,9 +10,10 @@ Labels are ``(cosine of the nearest entry, did its answer answer the query)`` an
 
 - a **miss** whose nearest entry could be served without the LLM (``read``, ``choose``) is
   labelled for free by comparing that entry's answer with the answer just paid for;
-- a would-be **hit** is *explored* with a small probability that decays with the table's
-  explorations: the LLM is called as on a miss, the two answers compared, and the paid answer
-  served (a paid answer is never dropped);
+- a would-be **hit** is *explored* -- always until the table's labels prove a threshold, then
+  with a small probability that decays with the table's explorations: the LLM is called as on
+  a miss, the two answers compared, and the paid answer served (a paid answer is never
+  dropped), so nothing is served before there is evidence for it;
 - a served answer that fails the query's validator is a wrong label, and so is a caller's
   ``SemanticCache.feedback(info, ok=False)`` (``ok=True`` a correct one).
 
@@ -50,6 +51,7 @@ __all__ = [
     "Labels",
     "explore_probability",
     "learned_threshold",
+    "proven_threshold",
     "same_answer",
     "table_stats",
     "wilson_interval",
@@ -62,11 +64,12 @@ LABEL_FLOOR = 0.5
 BIN_WIDTH = 0.005
 N_BINS = round((1.0 - LABEL_FLOOR) / BIN_WIDTH)
 
-# Until labels prove a lower threshold safe, a table under a budget hits only at or above this
-# cosine. When labels show even this to be over budget (its lower bound above δ), only exact
-# repeats hit; when they show that even near-identical prompts (the top bin, cosine ≥ 0.995)
-# get answers that disagree more often than δ -- an LLM that samples answers its own prompt
-# differently -- nothing hits. Misses keep labelling the table, so it can earn its hits back.
+# Until labels prove a threshold safe, a table under a budget considers would-be hits only at or
+# above this cosine, and explores every one of them (serves none). When labels show even this
+# to be over budget (its lower bound above δ), only exact repeats remain candidates; when they
+# show that even near-identical prompts (the top bin, cosine ≥ 0.995) get answers that
+# disagree more often than δ -- an LLM that samples answers its own prompt differently --
+# nothing hits. Misses keep labelling the table, so it can earn its hits back.
 STRICT_THRESHOLD = 0.97
 EXACT_THRESHOLD = 1.0 - 1e-6  # identical texts embed to cosines a rounding error under 1
 NO_HIT_THRESHOLD = 2.0  # above every cosine
@@ -75,9 +78,11 @@ NO_HIT_THRESHOLD = 2.0  # above every cosine
 _Z_ONE_SIDED = 1.6449
 _Z_TWO_SIDED = 1.96
 
-# Exploration: the probability a would-be hit is also paid for is START / (1 + explored), so
-# the first START would-be hits of a table are all explored and the rate decays like 1/n, never
-# under FLOOR (a table keeps being watched as its traffic drifts).
+# Exploration: until labels prove a threshold safe, every would-be hit is also paid for (an
+# unproven threshold must not serve: with long shared templates or an LLM that samples, even
+# cosine 0.97 can be wrong far more often than δ). Once proven, the probability is
+# START / (1 + explored), decaying like 1/n and never under FLOOR (a table keeps being watched
+# as its traffic drifts).
 _EXPLORE_START = 5.0
 _EXPLORE_FLOOR = 0.005
 
@@ -186,15 +191,10 @@ class Labels:
         return ok + bad, bad
 
 
-def learned_threshold(labels: Labels, budget: float) -> float:
-    """The threshold a table under ``budget`` uses: the lowest bin edge whose labelled lookups
-    at or above it have a one-sided 95% upper bound of the wrong rate at most ``budget``. Only
-    the edges of bins holding labels qualify: below the lowest label there is no evidence.
-
-    With too few labels to prove any edge safe it is :data:`STRICT_THRESHOLD`;
-    :data:`EXACT_THRESHOLD` once labels show the strict one over budget (its lower bound
-    above ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin over budget.
-    """
+def proven_threshold(labels: Labels, budget: float) -> float | None:
+    """The lowest bin edge whose labelled lookups at or above it have a one-sided 95% upper
+    bound of the wrong rate at most ``budget``; ``None`` while no edge is proven so. Only the
+    edges of bins holding labels qualify: below the lowest label there is no evidence."""
     n = wrong = 0
     best: float | None = None
     # From the top down, so that each edge's counts are the running sums.
@@ -204,6 +204,17 @@ def learned_threshold(labels: Labels, budget: float) -> float:
         wrong += labels.bad[index]
         if here and wilson_interval(wrong, n, _Z_ONE_SIDED)[1] <= budget:
             best = _edge(index)
+    return best
+
+
+def learned_threshold(labels: Labels, budget: float) -> float:
+    """The threshold a table under ``budget`` uses: :func:`proven_threshold` once labels prove
+    one. Before that it is :data:`STRICT_THRESHOLD`, where every would-be hit is explored
+    (:func:`explore_probability`), so nothing unproven is served;
+    :data:`EXACT_THRESHOLD` once labels show the strict one over budget (its lower bound
+    above ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin over budget.
+    """
+    best = proven_threshold(labels, budget)
     if best is not None:
         return best
     n, wrong = labels.above(STRICT_THRESHOLD)
@@ -215,8 +226,11 @@ def learned_threshold(labels: Labels, budget: float) -> float:
     return STRICT_THRESHOLD
 
 
-def explore_probability(explored: int) -> float:
-    """How likely a would-be hit is to be explored, after ``explored`` explorations."""
+def explore_probability(explored: int, *, proven: bool = True) -> float:
+    """How likely a would-be hit is to be explored, after ``explored`` explorations: always
+    while the table's threshold is not ``proven`` (:func:`proven_threshold`)."""
+    if not proven:
+        return 1.0
     return max(_EXPLORE_FLOOR, min(1.0, _EXPLORE_START / (1 + max(0, explored))))
 
 
@@ -270,7 +284,8 @@ class BudgetBook:
         self._ledger = ledger
         self._lock = threading.Lock()
         self._tables: dict[str, Labels] = {}
-        self._thresholds: dict[tuple[str, float], float] = {}
+        # (table, budget) -> (threshold in force, whether labels prove it)
+        self._thresholds: dict[tuple[str, float], tuple[float, bool]] = {}
         self._loaded_at: float | None = None
         self._random = random.Random(seed)  # seeded: a replayed stream explores the same calls
 
@@ -304,20 +319,26 @@ class BudgetBook:
                 explore_usd=table.explore_usd,
             )
 
-    def threshold(self, key: str, budget: float) -> float:
-        """The threshold in force for a table under ``budget``."""
+    def _state(self, key: str, budget: float) -> tuple[Labels, float, bool]:
         table = self._table(key)
         with self._lock:
             cached = self._thresholds.get((key, budget))
             if cached is None:
-                cached = self._thresholds[(key, budget)] = learned_threshold(table, budget)
-            return cached
+                proven = proven_threshold(table, budget) is not None
+                cached = (learned_threshold(table, budget), proven)
+                self._thresholds[(key, budget)] = cached
+            return table, cached[0], cached[1]
 
-    def explore(self, key: str) -> bool:
-        """Whether this would-be hit is explored (counted as one exploration when it is)."""
-        table = self._table(key)
+    def threshold(self, key: str, budget: float) -> float:
+        """The threshold in force for a table under ``budget``."""
+        return self._state(key, budget)[1]
+
+    def explore(self, key: str, budget: float) -> bool:
+        """Whether this would-be hit under ``budget`` is explored (counted as one exploration
+        when it is): always while labels prove no threshold."""
+        table, _, proven = self._state(key, budget)
         with self._lock:
-            chosen = self._random.random() < explore_probability(table.explored)
+            chosen = self._random.random() < explore_probability(table.explored, proven=proven)
             if chosen:
                 table.explored += 1
             return chosen

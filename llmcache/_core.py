@@ -571,7 +571,7 @@ class _Call:
         self.info.threshold = threshold
         if best.similarity.cosine >= threshold:
             explore = budget is not None and self._budget_call(
-                lambda: self.cache.budget.explore(self.stats_key), default=False
+                lambda: self.cache.budget.explore(self.stats_key, budget), default=False
             )
             return self._serve(best, explore=explore)
         self._near = best

@@ -27,6 +27,7 @@ from llmcache._budget import (
     Labels,
     explore_probability,
     learned_threshold,
+    proven_threshold,
     wilson_interval,
 )
 from llmcache._ledger import info_stats_key
@@ -38,19 +39,21 @@ MSGS = [{"role": "user", "content": "Rate the importance of: tree idle"}]
 def _stream(seed: int, budget: float, worst: float, power: float, n: int) -> tuple[int, int]:
     """A stream of lookups whose best cosine is uniform in [0.6, 1) and whose nearest entry is
     wrong with the known probability ``worst * ((1 - cos) / 0.4) ** power``, labelled as the
-    cache labels it: every miss for free, would-be hits when explored. Returns the served hits
-    after a warm-up of a quarter of the stream, and how many of them were wrong."""
+    cache labels it: every miss for free, would-be hits when explored (all of them until a
+    threshold is proven). Returns the served hits, from the first, and how many were wrong."""
     rng = random.Random(seed)
     labels = Labels()
     threshold = learned_threshold(labels, budget)
     hits = wrong = 0
-    for step in range(n):
+    for _ in range(n):
         cosine = rng.uniform(0.6, 1.0)
         is_wrong = rng.random() < worst * ((1.0 - cosine) / 0.4) ** power
-        if cosine >= threshold and rng.random() >= explore_probability(labels.explored):
-            if step >= n // 4:
-                hits += 1
-                wrong += is_wrong
+        proven = proven_threshold(labels, budget) is not None
+        if cosine >= threshold and rng.random() >= explore_probability(
+            labels.explored, proven=proven
+        ):
+            hits += 1
+            wrong += is_wrong
             continue
         if cosine >= threshold:
             labels.explored += 1
@@ -70,9 +73,17 @@ def test_learned_threshold_keeps_the_observed_wrong_rate_within_the_budget(
     seed: int, budget: float, worst: float, power: float
 ) -> None:
     hits, wrong = _stream(seed, budget, worst, power, n=3000)
-    assert hits > 0  # the budget serves hits, not only misses
+    # Every hit counts, the first included: nothing is served before labels prove it. (A
+    # stream too noisy to prove any threshold serves none, which keeps the budget too.)
     low, _ = wilson_interval(wrong, hits)
     assert low <= budget, (hits, wrong)
+
+
+def test_a_stream_whose_near_prompts_agree_earns_its_hits() -> None:
+    # The budget serves hits, not only misses, once near prompts prove to agree.
+    for budget in (0.02, 0.05):
+        hits, wrong = _stream(1, budget, worst=0.3, power=3.0, n=3000)
+        assert hits > 300 and wrong / hits <= budget, (budget, hits, wrong)
 
 
 def test_a_static_threshold_on_the_same_stream_breaks_the_budget() -> None:
@@ -146,7 +157,7 @@ def _ask(client: CachedLLM, keywords: list[str], **options: Any) -> tuple[str, A
 def test_a_would_be_hit_is_explored_the_paid_answer_served_and_labelled(tmp_path: Path) -> None:
     client = _client(tmp_path, scripted(["3", "3", "7"]), wrong_hit_budget=0.02)
     _ask(client, ["tree idle"], mode=Mode.COLLECT)
-    # The first five would-be hits of a table are always explored.
+    # Until labels prove a threshold, every would-be hit of a table is explored.
     content, info = _ask(client, ["tree idle"])
     assert (info.outcome, info.explored, info.label, content) == ("miss", True, True, "3")
     assert info.explore_tokens > 0 and info.threshold == STRICT_THRESHOLD
@@ -159,9 +170,10 @@ def test_a_would_be_hit_is_explored_the_paid_answer_served_and_labelled(tmp_path
 
 def test_a_seeded_cache_explores_the_same_calls_again(tmp_path: Path) -> None:
     def explored(path: Path, seed: int | None) -> list[bool]:
-        client = _client(path, scripted(["3"] * 80), wrong_hit_budget=0.02, explore_seed=seed)
+        client = _client(path, scripted(["3"] * 80), wrong_hit_budget=0.2, explore_seed=seed)
         _ask(client, ["tree idle"], mode=Mode.COLLECT)
-        # Past the first five (always explored), each would-be hit is a draw.
+        # Once labels prove a threshold (a dozen right ones under δ = 0.2), each would-be hit
+        # is a draw.
         out = [_ask(client, ["tree idle"])[1].explored for _ in range(40)]
         client.close()
         return out
@@ -179,12 +191,27 @@ def test_a_table_whose_identical_prompts_disagree_stops_hitting(tmp_path: Path) 
     client = _client(tmp_path, scripted(["3", "7"] * 20), wrong_hit_budget=0.05)
     _ask(client, ["tree idle"], mode=Mode.COLLECT)
     outcomes = [_ask(client, ["tree idle"])[1] for _ in range(12)]
+    assert not any(i.outcome == "hit" for i in outcomes)  # nothing unproven was served
     assert outcomes[-1].threshold == NO_HIT_THRESHOLD
     assert outcomes[-1].outcome == "miss" and not outcomes[-1].explored
     assert all(i.outcome == "miss" for i in outcomes[-4:])
     stats = client.cache.stats().tables[0]
     assert stats.threshold_in_force == NO_HIT_THRESHOLD and stats.labels_wrong >= 3
     assert stats.closed
+
+
+def test_no_hit_is_served_before_labels_prove_a_threshold(tmp_path: Path) -> None:
+    # The LLM always answers alike, but a table proves it only with labels: under δ = 0.2 the
+    # one-sided 95% bound needs about a dozen right labels before the first hit is served.
+    client = _client(tmp_path, scripted(["3"] * 60), wrong_hit_budget=0.2, explore_seed=1)
+    _ask(client, ["tree idle"], mode=Mode.COLLECT)
+    infos = [_ask(client, ["tree idle"])[1] for _ in range(30)]
+    first_hit = next(n for n, i in enumerate(infos) if i.outcome == "hit")
+    assert first_hit >= 10
+    assert all(i.explored and i.label is True for i in infos[:first_hit])
+    labels = client.cache.budget.labels(info_stats_key(infos[0]))
+    assert proven_threshold(labels, 0.2) is not None
+    assert explore_probability(100, proven=False) == 1.0 > explore_probability(100)
 
 
 def test_an_explored_hit_whose_llm_answer_never_validates_serves_the_cached_one(
