@@ -71,6 +71,12 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
                 f"  {'random answer':14} {100 * rnd.rate:.1f}% [{100 * rnd.low:.0f}%, "
                 f"{100 * rnd.high:.0f}%] of {rnd.answers} answers"
             )
+        own = quality.reanswer.get("all")
+        if own is not None and own.rate is not None:
+            print(
+                f"  {'LLM re-answer':14} {100 * own.rate:.1f}% [{100 * own.low:.0f}%, "
+                f"{100 * own.high:.0f}%] of {own.answers} pairs of answers to one query"
+            )
     budget_path = out / "budget.json"
     if budget_path.exists():
         budget = load_result(BudgetResult, budget_path)

@@ -57,6 +57,7 @@ __all__ = [
     "calibrate",
     "quality",
     "rate",
+    "reanswers",
     "sweep",
     "tally",
     "text_agreements",
@@ -221,6 +222,35 @@ def calibrate(
     return out
 
 
+def reanswers(
+    runs: Sequence[Sequence[Prompt]], texts: Callable[[str], TextAgreement]
+) -> dict[str, RateCI]:
+    """How often the LLM agrees with itself, per group (and :data:`ALL`): for every query
+    answered more than once (the same messages, across or within runs), one true answer judged
+    by the template's tolerance as if it had been served for another. No cache can be expected
+    to serve acceptable answers more often than this. For text-judged categories the bound
+    comes from these same pairs (their 10th percentile), so their part is about 90% by
+    construction."""
+    answers: dict[tuple[str, str], list[Prompt]] = defaultdict(list)
+    for run in runs:
+        for p in run:
+            if not template(p.category).bypass:
+                key = json.dumps(p.messages, sort_keys=True, ensure_ascii=False)
+                answers[(p.category, key)].append(p)
+    ok: dict[str, int] = defaultdict(int)
+    n: dict[str, int] = defaultdict(int)
+    for (category, _), prompts in sorted(answers.items()):
+        t = template(category)
+        for served, query in itertools.islice(itertools.combinations(prompts, 2), _PAIRS_PER_QUERY):
+            verdict = t.acceptable(
+                served.response, query.response, query.call().requirements, text=texts(category)
+            )
+            for g in (query.group, ALL):
+                ok[g] += verdict.acceptable
+                n[g] += 1
+    return {g: rate(ok[g], n[g]) for g in n}
+
+
 def text_agreements(
     runs: Sequence[Sequence[Prompt]], store: EmbeddingStore
 ) -> tuple[dict[str, TextCalibration], Callable[[str], TextAgreement]]:
@@ -329,6 +359,7 @@ def quality(
             progress(1)
     store.save()
     groups = [g for g in kept_groups() if any(q.group == g for q in queries)]
+    self_agreement = reanswers(runs, texts)
     curves = {
         mode: {
             g: sweep([r for r in rows[mode] if g in (ALL, r.group)], thresholds(mode, steps))
@@ -358,6 +389,7 @@ def quality(
         calibration=calibration,
         curves=curves,
         random=random_rates,
+        reanswer=self_agreement,
         revise_calls=adapter.revise_calls,
         pairwise=pairwise,
         reliability={judge.name: reliability(judge.name, judged)} if judge is not None else {},

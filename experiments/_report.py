@@ -653,6 +653,13 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
         + "; ".join(headline)
         + f"; a random same-table answer: {_rate(rnd)}.",
     ]
+    own = q.reanswer.get("all")
+    if own is not None and own.rate is not None:
+        lines.append(
+            f"- The LLM's own answers to an identical query (asked more than once across the "
+            f"runs) are acceptable for each other in {_rate(own)} of pairs: the ceiling a "
+            "cache could reach with this model and these tolerances."
+        )
     for mode in modes:
         serve = q.serve(mode)
         if serve is None or serve.acceptable.rate is None or rnd is None or rnd.rate is None:
@@ -678,6 +685,7 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
                     if serve
                     else "n/a",
                     _rate(q.random.get(g)),
+                    _rate(q.reanswer.get(g)),
                     _pairwise(q, mode, g),
                     _judge_mu(cmp_, mode, g),
                 )
@@ -691,6 +699,7 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
                 "acceptable (serve mode)",
                 "served / refused / untried",
                 "random answer",
+                "LLM re-answer",
                 "pairwise judge: cached / tie / true",
                 "judges' TrueSkill mu (compare)",
             ],
@@ -698,7 +707,10 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
         ),
         "",
         f"Judges' reversal agreement (pairs ordered the same way when the candidates are "
-        f"shown in reverse): {_reversal(q, cmp_)}. Revise calls made: {q.revise_calls}; "
+        f"shown in reverse): {_reversal(q, cmp_)}. 'LLM re-answer': one true answer of a "
+        "query asked more than once, judged as if served for another (for text-judged "
+        "categories the bound is set from these pairs, so about 90% by construction). "
+        f"Revise calls made: {q.revise_calls}; "
         "'untried' hits were beyond the profile's revise budget (out of the rates, their "
         "cost estimated from the category's measured revisions).",
         "",

@@ -302,6 +302,9 @@ class QualityResult(BaseModel):
     # group (and "all") -> a random same-table answer served for every query with a table
     random: dict[str, RateCI]
     revise_calls: int
+    # group (and "all") -> one true answer of a query asked more than once, judged against
+    # another: how often the LLM agrees with itself (the ceiling for a cache)
+    reanswer: dict[str, RateCI] = Field(default_factory=dict)
     # mode -> group -> the pairwise judge's verdicts on served answers
     pairwise: dict[str, dict[str, PairwiseTally]] = Field(default_factory=dict)
     reliability: dict[str, JudgeReliability] = Field(default_factory=dict)

@@ -159,6 +159,13 @@ def test_the_report_reads_its_sentences_off_the_result() -> None:
     bad = "\n".join(_quality_section(_result((10, 100), (60, 100)), None).lines)
     assert "fewer acceptable answers than a random answer" in bad
     assert "goal (≥ 90% cut) missed" in bad
+    assert "identical query" not in bad  # not measured: no sentence
+    # The LLM's agreement with itself, when measured, is stated with its counts.
+    own = _result((10, 100), (60, 100)).model_copy(
+        update={"reanswer": {ALL: rate(31, 50), "importance": rate(31, 50)}}
+    )
+    text = "\n".join(_quality_section(own, None).lines)
+    assert "identical query" in text and "62.0% [" in text and "(31/50) of pairs" in text
 
 
 def test_the_readme_documents_every_cached_categorys_tolerance() -> None:
@@ -171,3 +178,36 @@ def test_the_readme_documents_every_cached_categorys_tolerance() -> None:
     for t in TEMPLATES:
         if not t.bypass:
             assert t.category in table, t.category
+
+
+def test_reanswers_judge_true_answers_of_one_query_against_each_other() -> None:
+    from agent_core import TextAgreement, TownCall
+    from experiments._data import Prompt
+    from experiments._quality import reanswers
+
+    call = TownCall(category="importance score", agent="A", summary_block="Name: A", slots={})
+
+    def prompt(run: int, index: int, text: str, score: int) -> Prompt:
+        return Prompt(
+            run=run, index=index, category="importance score", group="importance", agent="A",
+            modifier="read", keywords=[text], options=None,
+            messages=[{"role": "user", "content": text}],
+            response=f'{{"score": {score}}}', sim_minute=0, elapsed_minutes=0,
+            observed_actors=0, metadata=call.record_metadata(), model="m", escalated=False,
+            attempts=1,
+            prompt_tokens=1, completion_tokens=1, cost_usd=0.0,
+        )  # fmt: skip
+
+    # One query asked in three runs (scores 3, 4, 7: only 3 and 4 lie within ±1 of each
+    # other), one asked twice with equal scores, one asked once (no pair).
+    runs = [
+        [prompt(1, 0, "q", 3), prompt(1, 1, "r", 5), prompt(1, 2, "once", 1)],
+        [prompt(2, 0, "q", 4), prompt(2, 1, "r", 5)],
+        [prompt(3, 0, "q", 7)],
+    ]
+    text = TextAgreement(lambda a, b: 1.0, 0.5)
+    got = reanswers(runs, lambda category: text)
+    assert set(got) == {"importance", ALL}
+    assert (got["importance"].acceptable, got["importance"].answers) == (2, 4)
+    assert got[ALL] == got["importance"]
+    assert reanswers([runs[0]], lambda category: text) == {}
