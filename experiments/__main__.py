@@ -130,6 +130,18 @@ def _meta(out: Path, study: Study, profile: Profile, command: str, fresh: bool) 
     return loaded
 
 
+def _record_rerun(out: Path, step: str, seconds: float, command: str) -> None:
+    """A step run again on its own replaces its wall time in ``study.json`` and its command is
+    listed, so that the report says what made each result and how long it took."""
+    path = out / "study.json"
+    if not path.exists():
+        return
+    meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    meta.setdefault("timings", {})[step] = seconds
+    meta["reruns"] = [*meta.get("reruns", []), command]
+    path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+
 def _recorded_llm(out: Path) -> str:
     from ._results import CollectResult
 
@@ -172,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command in EXPERIMENTS:
             study.force = True
             study.step(args.command)
+            _record_rerun(out, args.command, study.timings[args.command], command)
         if args.command in ("reproduce", "report"):
             from ._plots import plot_all
 
@@ -184,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 judge_model=meta["judge_model"],
                 embedder=study.embedder.model_id,
                 timings=meta["timings"],
-                command=meta["command"],
+                command="`, then `".join([meta["command"], *meta.get("reruns", [])]),
             )
             if args.command == "reproduce" and not args.no_notebooks:
                 from ._notebooks import execute_notebooks

@@ -284,7 +284,14 @@ def test_the_budget_step_accounts_for_every_held_out_query(study_dir: Path) -> N
     assert "## Wrong-hit budget" in text
     for r in budget.runs:
         if r.budget is not None:
-            assert f"{r.mode}, δ = {r.budget:g}: the measured wrong-answer rate is within" in text
+            # One sentence per budget, read off the run: within δ in so many groups, or (a
+            # budget that proves no threshold serves nothing) no hit at all.
+            verdict = (
+                "the measured wrong-answer rate is within"
+                if r.groups["all"].hits
+                else "the cache served no hit in any group"
+            )
+            assert f"{r.mode}, δ = {r.budget:g}: {verdict}" in text
 
 
 def test_a_run_served_from_its_own_full_prompts_serves_no_wrong_answer(study_dir: Path) -> None:
@@ -308,4 +315,7 @@ def test_a_run_served_from_its_own_full_prompts_serves_no_wrong_answer(study_dir
         assert total.queries == len(once)
         if r.mode == "full":
             # Every query is word for word an entry: served, it is its own true answer.
-            assert total.hits > 0 and total.wrong == 0, r
+            assert total.wrong == 0, r
+            # The static threshold serves them; a budget only once a table's labels prove a
+            # threshold (about 60 agreeing ones under δ = 0.05: more than a tiny run has).
+            assert total.hits > 0 or r.budget is not None, r

@@ -226,3 +226,18 @@ def test_written_report_is_the_built_one_and_old_replay_files_load(tmp_path: Pat
     old["replay"] = {"none": {"spent_usd": 3.0, "calls": 100.0}, "keyword": {"hits": 90.0}}
     loaded = CostResult.model_validate(old)
     assert loaded.replay["keyword"].hits == 90 and loaded.replay["none"].hits == 0
+
+
+def test_a_step_run_again_records_its_time_and_command(tmp_path: Path) -> None:
+    from experiments.__main__ import _record_rerun
+
+    _record_rerun(tmp_path, "budget", 5.0, "python -m experiments budget")  # no study.json: no-op
+    assert not (tmp_path / "study.json").exists()
+    meta = {"llm": "m", "timings": {"collect": 1.0, "budget": 2.0}, "command": "reproduce"}
+    (tmp_path / "study.json").write_text(json.dumps(meta))
+    _record_rerun(tmp_path, "budget", 5.0, "python -m experiments budget")
+    _record_rerun(tmp_path, "quality", 7.0, "python -m experiments quality")
+    got = json.loads((tmp_path / "study.json").read_text())
+    assert got["timings"] == {"collect": 1.0, "budget": 5.0, "quality": 7.0}
+    assert got["reruns"] == ["python -m experiments budget", "python -m experiments quality"]
+    assert got["command"] == "reproduce"
