@@ -18,7 +18,6 @@ Two views of the same question -- what does caching save on a held-out run?
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -39,16 +38,11 @@ from ._cost import (
     mode_costs,
     study_price_table,
 )
-from ._data import MODES, EmbeddingStore, Prompt, kept_groups
+from ._data import MODES, EmbeddingStore, Prompt, kept_groups, messages_key
 from ._results import CostResult, ReplayCost
 from ._retrieval import TableIndex
 
-__all__ = ["ReplayClient", "cost_study", "messages_key"]
-
-
-def messages_key(messages: Any) -> str:
-    """The replay's lookup key of a request: its messages as sorted-key JSON."""
-    return json.dumps(messages, sort_keys=True, ensure_ascii=False, default=str)
+__all__ = ["ReplayClient", "cost_study"]
 
 
 class _Completions:

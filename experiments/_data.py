@@ -10,6 +10,7 @@ computes them (``llmcache._keys.embedding_text``), so an experiment and a live c
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,11 +31,18 @@ __all__ = [
     "Prompt",
     "kept_groups",
     "load_run",
+    "messages_key",
     "tables",
 ]
 
 DIALOGUE_GROUP = "dialogue"
 MODES: tuple[Literal["full", "keyword"], ...] = ("full", "keyword")
+
+
+def messages_key(messages: Any) -> str:
+    """A request's messages as sorted-key JSON: what makes two prompts the same query (the
+    cost replay's lookup key; the repeated queries the quality step compares)."""
+    return json.dumps(messages, sort_keys=True, ensure_ascii=False, default=str)
 
 
 class Prompt(BaseModel):

@@ -23,7 +23,6 @@ The free-text bound of each category is calibrated on pairs of true answers of o
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +36,7 @@ from agent_core import TextAgreement, calibrated_bound
 from agent_core.templates import TEMPLATES, template
 from agent_core.tolerance import DEFAULT_TEXT_BOUND
 
-from ._data import MODES, EmbeddingStore, Prompt, kept_groups
+from ._data import MODES, EmbeddingStore, Prompt, kept_groups, messages_key
 from ._evaluate import Adapter
 from ._judge import Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
 from ._results import (
@@ -186,6 +185,16 @@ def _cosine(store: EmbeddingStore) -> Callable[[str, str], float]:
     return similarity
 
 
+def _queries(runs: Sequence[Sequence[Prompt]]) -> list[tuple[str, list[Prompt]]]:
+    """Every query (category and messages) with the prompts that asked it, across or within
+    runs, in a fixed order: a query with more than one holds pairs of true answers."""
+    asked: dict[tuple[str, str], list[Prompt]] = defaultdict(list)
+    for run in runs:
+        for p in run:
+            asked[(p.category, messages_key(p.messages))].append(p)
+    return [(category, prompts) for (category, _), prompts in sorted(asked.items())]
+
+
 def calibrate(
     runs: Sequence[Sequence[Prompt]], similarity: Callable[[str, str], float]
 ) -> dict[str, TextCalibration]:
@@ -193,15 +202,10 @@ def calibrate(
     same messages answered more than once, across or within runs). A category with too few
     pairs of its own takes the bound of all categories' pairs pooled, and with too few of
     those the documented default (``agent_core.tolerance.DEFAULT_TEXT_BOUND``)."""
-    answers: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for run in runs:
-        for p in run:
-            text = template(p.category).tolerance_text(p.response)
-            if text is not None:
-                key = json.dumps(p.messages, sort_keys=True, ensure_ascii=False)
-                answers[(p.category, key)].append(text)
     cosines: dict[str, list[float]] = defaultdict(list)
-    for (category, _), texts in sorted(answers.items()):
+    for category, prompts in _queries(runs):
+        t = template(category)
+        texts = [x for p in prompts if (x := t.tolerance_text(p.response)) is not None]
         pairs = itertools.islice(itertools.combinations(texts, 2), _PAIRS_PER_QUERY)
         cosines[category] += [1.0 if a == b else similarity(a, b) for a, b in pairs]
     pooled = calibrated_bound([c for v in cosines.values() for c in v])
@@ -231,16 +235,12 @@ def reanswers(
     to serve acceptable answers more often than this. For text-judged categories the bound
     comes from these same pairs (their 10th percentile), so their part is about 90% by
     construction."""
-    answers: dict[tuple[str, str], list[Prompt]] = defaultdict(list)
-    for run in runs:
-        for p in run:
-            if not template(p.category).bypass:
-                key = json.dumps(p.messages, sort_keys=True, ensure_ascii=False)
-                answers[(p.category, key)].append(p)
     ok: dict[str, int] = defaultdict(int)
     n: dict[str, int] = defaultdict(int)
-    for (category, _), prompts in sorted(answers.items()):
+    for category, prompts in _queries(runs):
         t = template(category)
+        if t.bypass:
+            continue
         for served, query in itertools.islice(itertools.combinations(prompts, 2), _PAIRS_PER_QUERY):
             verdict = t.acceptable(
                 served.response, query.response, query.call().requirements, text=texts(category)

@@ -215,8 +215,11 @@ def learned_threshold(labels: Labels, budget: float) -> float:
     above ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin over budget.
     """
     best = proven_threshold(labels, budget)
-    if best is not None:
-        return best
+    return best if best is not None else _unproven_threshold(labels, budget)
+
+
+def _unproven_threshold(labels: Labels, budget: float) -> float:
+    """The threshold in force while no edge is proven (see :func:`learned_threshold`)."""
     n, wrong = labels.above(STRICT_THRESHOLD)
     if n and wilson_interval(wrong, n, _Z_ONE_SIDED)[0] > budget:
         top = labels.ok[-1] + labels.bad[-1]
@@ -324,8 +327,11 @@ class BudgetBook:
         with self._lock:
             cached = self._thresholds.get((key, budget))
             if cached is None:
-                proven = proven_threshold(table, budget) is not None
-                cached = (learned_threshold(table, budget), proven)
+                best = proven_threshold(table, budget)
+                if best is None:
+                    cached = (_unproven_threshold(table, budget), False)
+                else:
+                    cached = (best, True)
                 self._thresholds[(key, budget)] = cached
             return table, cached[0], cached[1]
 

@@ -21,8 +21,7 @@ from agent_core.testing import ScriptedLLM
 from experiments import Profile
 from experiments._budget_study import budget_study
 from experiments._collect import run_paths
-from experiments._cost_study import messages_key
-from experiments._data import load_run
+from experiments._data import load_run, messages_key
 from experiments._report import write_report
 from experiments._reproduce import EXPERIMENTS, Study, reproduce
 from experiments._results import (
