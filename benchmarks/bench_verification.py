@@ -24,8 +24,9 @@ Two streams: ``mixed``, the sample as drawn (duplicates and hard non-duplicates)
 another stored question).
 
 With ``--verifier``, operating points that re-score near misses (a nearest entry in the band
-``[threshold - band, threshold)``) are added: on the request path (a yes is served as a hit)
-and, under a budget, off it (the verdicts become the table's labels). ``llm`` is
+``[threshold - band, threshold)``) are added: on the request path (a yes is served as a hit;
+under a budget only where the labels of earlier yeses prove it) and, under a budget, off it
+(a yes adds the miss's label to the labels of yeses). ``llm`` is
 :class:`llmcache.LLMVerifier` on the LLM of ``llmcache.llm.open_llm()`` (the local server by
 default; ``--verifier-model``, else the backend's superior model: a 135M model is no judge);
 ``oracle`` knows the true answers (the ceiling a perfect verifier would reach, at no cost).
@@ -37,6 +38,8 @@ runs. Figures are development figures.
 
     .venv/bin/python benchmarks/bench_verification.py --pairs 3000 --warmup 1000
     .venv/bin/python benchmarks/bench_verification.py --verifier llm --stream paraphrases
+    .venv/bin/python benchmarks/bench_verification.py --verifier llm --stream paraphrases \
+        --points "d=0.01 +vf"
 """
 
 from __future__ import annotations
@@ -262,6 +265,11 @@ def run(
         "vf_calls": calls,
         "vf_yes": stats.verified_yes,
         "vf_dropped": stats.verify_dropped,
+        # The labels of the verifier's yeses (answers compared) and, under a budget, the cosine
+        # a yes must reach to be served.
+        "vf_labels": stats.verified_labels,
+        "vf_wrong": stats.verified_labels_wrong,
+        "vf_threshold": stats.verified_threshold,
         "ms_vf": 1000 * timed.seconds / calls if timed is not None and calls else float("nan"),
         "ms_added": 1000 * on_path / len(rows) if rows else 0.0,
     }
@@ -273,6 +281,7 @@ def report(
     embedder: Precomputed,
     warmup: int,
     verifier: VerifierFactory | None = None,
+    only: str | None = None,
 ) -> None:
     duplicates = sum(p["duplicate"] for p in pairs)
     print(f"\n{name}: {len(pairs)} pairs ({duplicates} duplicates), warm-up {warmup} asks")
@@ -282,7 +291,10 @@ def report(
         f"{'wrong%':>6} {'expl':>4} | {'ms/hit':>6} {'ms/miss':>7}"
     )
     if verifier is not None:
-        header += f" | {'vf':>5} {'yes':>5} {'drop':>4} {'ms/vf':>7} {'+ms/look':>8}"
+        header += (
+            f" | {'vf':>5} {'yes':>5} {'drop':>4} {'ms/vf':>7} {'+ms/look':>8} | "
+            f"{'yes lab':>7} {'wrong':>5} {'y-thr':>6}"
+        )
     print(header)
     print("-" * len(header))
     points: list[tuple[str, dict[str, Any]]] = [
@@ -290,6 +302,8 @@ def report(
     ] + [(f"budget d={d:.2f}", {"budget": d}) for d in BUDGETS]
     if verifier is not None:
         points += [(label, {**kwargs, "verifier": verifier}) for label, kwargs in VERIFIED]
+    if only is not None:
+        points = [(label, kwargs) for label, kwargs in points if only in label]
     for label, kwargs in points:
         result = run(pairs, embedder, warmup, **kwargs)
         a, w = result["all"], result["after"]
@@ -301,11 +315,14 @@ def report(
             f"{a['ms_hit']:>6.2f} {a['ms_miss']:>7.2f}"
         )
         if verifier is not None and "verifier" not in kwargs:
-            line += f" | {'-':>5} {'-':>5} {'-':>4} {'-':>7} {'-':>8}"
+            line += f" | {'-':>5} {'-':>5} {'-':>4} {'-':>7} {'-':>8} | {'-':>7} {'-':>5} {'-':>6}"
         elif verifier is not None:
+            vthr = result["vf_threshold"]
             line += (
                 f" | {result['vf_calls']:>5} {result['vf_yes']:>5} {result['vf_dropped']:>4} "
-                f"{result['ms_vf']:>7.1f} {result['ms_added']:>8.2f}"
+                f"{result['ms_vf']:>7.1f} {result['ms_added']:>8.2f} | "
+                f"{result['vf_labels']:>7} {result['vf_wrong']:>5} "
+                f"{'-' if vthr is None else f'{vthr:.3f}':>6}"
             )
         print(line)
         sys.stdout.flush()
@@ -329,6 +346,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--stream", choices=("both", "mixed", "paraphrases"), default="both", help="which streams"
+    )
+    parser.add_argument(
+        "--points", help="only the operating points whose label contains this (e.g. 'd=0.01 +vf')"
     )
     args = parser.parse_args()
     if not args.data.exists():
@@ -361,17 +381,19 @@ def main() -> int:
                 return judge
 
         if args.stream in ("both", "mixed"):
-            report("mixed", pairs, embedder, args.warmup, verifier)
+            report("mixed", pairs, embedder, args.warmup, verifier, args.points)
         paraphrases = [p for p in pairs if p["duplicate"]]
         if args.stream in ("both", "paraphrases"):
             warmup = min(args.warmup, len(paraphrases) // 3)
-            report("paraphrases", paraphrases, embedder, warmup, verifier)
+            report("paraphrases", paraphrases, embedder, warmup, verifier, args.points)
     print(
         "\nthresh: the static threshold, or the budget's learned one at the end of the stream "
         "(1.000: exact repeats only); expl: would-be hits explored (paid, served as misses)"
         + (
             "; vf: verifier calls, yes: its yeses, drop: dropped unverified (off the path), "
-            "ms/vf: one call, +ms/look: verifier time on the request path per lookup"
+            "ms/vf: one call, +ms/look: verifier time on the request path per lookup; yes lab / "
+            "wrong: labels of the verifier's yeses (answers compared) and how many were wrong, "
+            "y-thr: the cosine a yes must reach to be served under a budget (2.000: none is)"
             if args.verifier != "none"
             else ""
         )

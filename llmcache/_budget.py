@@ -17,6 +17,13 @@ Labels are ``(cosine of the nearest entry, did its answer answer the query)`` an
 - a served answer that fails the query's validator is a wrong label, and so is a caller's
   ``SemanticCache.feedback(info, ok=False)`` (``ok=True`` a correct one).
 
+A verifier's verdict is not a label where answers can be compared: it is a guess, and a budget
+kept on guesses holds only as far as the guesser is right. Instead, a table keeps a second
+stream of labels, ``verified``: the labels of near misses the verifier said yes to. On the
+request path a yes is a would-be hit of that stream, served only at cosines its own labels
+prove within the budget and explored like any would-be hit until then, so the verifier's own
+errors count against δ (``_core.py``).
+
 Labels are kept as counters of the table (``wh_ok_<bin>`` / ``wh_bad_<bin>``, bins of 0.005
 cosine from 0.5 up), written through the ledger like every other counter: so they persist with
 the table in every backend, add up across processes, and survive reopening. A process reads the
@@ -36,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ._ledger import Ledger, TableStats
 from ._protocols import CacheBackend
@@ -49,6 +56,7 @@ __all__ = [
     "STRICT_THRESHOLD",
     "BudgetBook",
     "Labels",
+    "Stream",
     "explore_probability",
     "learned_threshold",
     "proven_threshold",
@@ -89,8 +97,10 @@ _EXPLORE_FLOOR = 0.005
 # How often a process re-reads labels other processes added.
 _RELOAD_S = 30.0
 
-_OK = "wh_ok_"
-_BAD = "wh_bad_"
+# A table's two streams of labels: every labelled nearest entry (``hits``), and those of them
+# a verifier said yes to (``verified``). Their counters' prefixes.
+Stream = Literal["hits", "verified"]
+_PREFIX: dict[str, str] = {"hits": "wh_", "verified": "wv_"}
 
 
 def same_answer(cached: str, fresh: str) -> bool:
@@ -143,27 +153,29 @@ class Labels:
     explore_usd: float = 0.0
 
     @classmethod
-    def from_counters(cls, counters: Mapping[str, float]) -> Labels:
-        labels = cls(
-            explored=int(counters.get("wh_explored", 0)),
-            explore_tokens=int(counters.get("wh_explore_tokens", 0)),
-            explore_usd=float(counters.get("wh_explore_usd", 0.0)),
-        )
+    def from_counters(cls, counters: Mapping[str, float], stream: Stream = "hits") -> Labels:
+        """One stream's labels from a table's counters. Exploration spend is the table's, over
+        both streams, and kept with ``hits``."""
+        prefix = _PREFIX[stream]
+        labels = cls(explored=int(counters.get(f"{prefix}explored", 0)))
+        if stream == "hits":
+            labels.explore_tokens = int(counters.get("wh_explore_tokens", 0))
+            labels.explore_usd = float(counters.get("wh_explore_usd", 0.0))
         for name, value in counters.items():
-            for prefix, bins in ((_OK, labels.ok), (_BAD, labels.bad)):
-                if name.startswith(prefix):
-                    index = name.removeprefix(prefix)
+            for start, bins in ((f"{prefix}ok_", labels.ok), (f"{prefix}bad_", labels.bad)):
+                if name.startswith(start):
+                    index = name.removeprefix(start)
                     if index.isdigit() and int(index) < N_BINS:
                         bins[int(index)] += int(value)
         return labels
 
     @staticmethod
-    def delta(cosine: float, ok: bool) -> dict[str, float]:
+    def delta(cosine: float, ok: bool, stream: Stream = "hits") -> dict[str, float]:
         """The counters one label adds (none below :data:`LABEL_FLOOR`)."""
         index = _bin(cosine)
         if index is None:
             return {}
-        return {f"{_OK if ok else _BAD}{index}": 1}
+        return {f"{_PREFIX[stream]}{'ok' if ok else 'bad'}_{index}": 1}
 
     def add(self, cosine: float, ok: bool) -> None:
         index = _bin(cosine)
@@ -237,9 +249,12 @@ def explore_probability(explored: int, *, proven: bool = True) -> float:
     return max(_EXPLORE_FLOOR, min(1.0, _EXPLORE_START / (1 + max(0, explored))))
 
 
-def with_budget(table: TableStats, labels: Labels, budget: float | None) -> TableStats:
+def with_budget(
+    table: TableStats, labels: Labels, budget: float | None, verified: Labels | None = None
+) -> TableStats:
     """``table`` with its labels, exploration spend and (under a budget) the threshold in force
-    and the estimated wrong-hit rate at it, with its two-sided 95% interval."""
+    and the estimated wrong-hit rate at it, with its two-sided 95% interval; the same for its
+    ``verified`` stream when given."""
     update: dict[str, Any] = {
         "labels": labels.count,
         "labels_wrong": labels.wrong,
@@ -247,6 +262,12 @@ def with_budget(table: TableStats, labels: Labels, budget: float | None) -> Tabl
         "explore_tokens": labels.explore_tokens,
         "explore_usd": labels.explore_usd,
     }
+    if verified is not None:
+        update |= {
+            "verified_labels": verified.count,
+            "verified_labels_wrong": verified.wrong,
+            "verified_explored": verified.explored,
+        }
     if budget is not None:
         threshold = learned_threshold(labels, budget)
         n, wrong = labels.above(threshold)
@@ -258,6 +279,14 @@ def with_budget(table: TableStats, labels: Labels, budget: float | None) -> Tabl
             "wrong_rate": wrong / n if n else None,
             "wrong_rate_ci": wilson_interval(wrong, n) if n else None,
         }
+        if verified is not None:
+            vthreshold = learned_threshold(verified, budget)
+            vn, vwrong = verified.above(vthreshold)
+            update |= {
+                "verified_threshold": vthreshold,
+                "verified_wrong_rate": vwrong / vn if vn else None,
+                "verified_wrong_rate_ci": wilson_interval(vwrong, vn) if vn else None,
+            }
     return table.model_copy(update=update)
 
 
@@ -271,7 +300,14 @@ def table_stats(
     for key, table_counters in counters.items():
         table = TableStats.from_counters(key, dict(table_counters))
         budget = budget_for(table.category) if budget_for is not None else None
-        tables.append(with_budget(table, Labels.from_counters(table_counters), budget))
+        tables.append(
+            with_budget(
+                table,
+                Labels.from_counters(table_counters),
+                budget,
+                Labels.from_counters(table_counters, "verified"),
+            )
+        )
     return tables
 
 
@@ -279,16 +315,17 @@ class BudgetBook:
     """The labels of every table of one open cache, kept in memory and written as counters.
 
     Shared by every view of the cache (like the ledger). Thresholds are recomputed only when a
-    table's labels change, so that a lookup pays a dictionary read.
+    table's labels change, so that a lookup pays a dictionary read. Every method takes the
+    table's counters' key and the stream of labels it is about (``hits`` unless said).
     """
 
     def __init__(self, backend: CacheBackend, ledger: Ledger, seed: int | None = None) -> None:
         self._backend = backend
         self._ledger = ledger
         self._lock = threading.Lock()
-        self._tables: dict[str, Labels] = {}
-        # (table, budget) -> (threshold in force, whether labels prove it)
-        self._thresholds: dict[tuple[str, float], tuple[float, bool]] = {}
+        self._tables: dict[tuple[str, Stream], Labels] = {}
+        # (table, stream, budget) -> (threshold in force, whether labels prove it)
+        self._thresholds: dict[tuple[str, Stream, float], tuple[float, bool]] = {}
         self._loaded_at: float | None = None
         self._random = random.Random(seed)  # seeded: a replayed stream explores the same calls
 
@@ -297,22 +334,27 @@ class BudgetBook:
         counted twice."""
         self._ledger.flush()
         counters = self._backend.read_stats()
-        tables = {key: Labels.from_counters(c) for key, c in counters.items()}
+        streams: tuple[Stream, ...] = ("hits", "verified")
+        tables = {
+            (key, stream): Labels.from_counters(c, stream)
+            for key, c in counters.items()
+            for stream in streams
+        }
         with self._lock:
             self._tables = tables
             self._thresholds.clear()
             self._loaded_at = time.monotonic()
 
-    def _table(self, key: str) -> Labels:
+    def _table(self, key: str, stream: Stream) -> Labels:
         loaded = self._loaded_at
         if loaded is None or time.monotonic() - loaded >= _RELOAD_S:
             self._load()
         with self._lock:
-            return self._tables.setdefault(key, Labels())
+            return self._tables.setdefault((key, stream), Labels())
 
-    def labels(self, key: str) -> Labels:
+    def labels(self, key: str, stream: Stream = "hits") -> Labels:
         """A table's labels as this process knows them (a copy)."""
-        table = self._table(key)
+        table = self._table(key, stream)
         with self._lock:
             return Labels(
                 ok=list(table.ok),
@@ -322,42 +364,42 @@ class BudgetBook:
                 explore_usd=table.explore_usd,
             )
 
-    def _state(self, key: str, budget: float) -> tuple[Labels, float, bool]:
-        table = self._table(key)
+    def _state(self, key: str, budget: float, stream: Stream) -> tuple[Labels, float, bool]:
+        table = self._table(key, stream)
         with self._lock:
-            cached = self._thresholds.get((key, budget))
+            cached = self._thresholds.get((key, stream, budget))
             if cached is None:
                 best = proven_threshold(table, budget)
                 if best is None:
                     cached = (_unproven_threshold(table, budget), False)
                 else:
                     cached = (best, True)
-                self._thresholds[(key, budget)] = cached
+                self._thresholds[(key, stream, budget)] = cached
             return table, cached[0], cached[1]
 
-    def threshold(self, key: str, budget: float) -> float:
-        """The threshold in force for a table under ``budget``."""
-        return self._state(key, budget)[1]
+    def threshold(self, key: str, budget: float, stream: Stream = "hits") -> float:
+        """The threshold in force for a table's stream under ``budget``."""
+        return self._state(key, budget, stream)[1]
 
-    def explore(self, key: str, budget: float) -> bool:
+    def explore(self, key: str, budget: float, stream: Stream = "hits") -> bool:
         """Whether this would-be hit under ``budget`` is explored (counted as one exploration
-        when it is): always while labels prove no threshold."""
-        table, _, proven = self._state(key, budget)
+        of its stream when it is): always while labels prove no threshold."""
+        table, _, proven = self._state(key, budget, stream)
         with self._lock:
             chosen = self._random.random() < explore_probability(table.explored, proven=proven)
             if chosen:
                 table.explored += 1
             return chosen
 
-    def add(self, key: str, cosine: float, ok: bool) -> None:
-        """Record one label for a table: in memory now, in its counters with the ledger's next
-        flush."""
-        delta = Labels.delta(cosine, ok)
+    def add(self, key: str, cosine: float, ok: bool, stream: Stream = "hits") -> None:
+        """Record one label for a table's stream: in memory now, in its counters with the
+        ledger's next flush."""
+        delta = Labels.delta(cosine, ok, stream)
         if not delta:
             return
-        table = self._table(key)
+        table = self._table(key, stream)
         with self._lock:
             table.add(cosine, ok)
-            for cached in [k for k in self._thresholds if k[0] == key]:
+            for cached in [k for k in self._thresholds if k[:2] == (key, stream)]:
                 del self._thresholds[cached]
         self._ledger.add(key, delta)

@@ -429,14 +429,18 @@ class SemanticCache:
         (``outcome == "hit"``); its table and similarity say where the label goes. ``ok=False``
         counts a wrong hit, ``ok=True`` a right one; under a wrong-hit budget they move the
         table's learned threshold (docs/wrong-hit-budget.md). Labels are kept with or without
-        a budget. The entry itself stays: it may be right for other queries.
+        a budget. A hit the verifier said yes to labels the table's ``verified`` labels too.
+        The entry itself stays: it may be right for other queries.
         """
         if info.outcome != "hit" or info.similarity is None or not info.partition_key:
             raise ConfigurationError(
                 f"feedback is for hits: this call's outcome is {info.outcome!r}"
                 + ("" if info.similarity is not None else " and it has no similarity")
             )
-        self.budget.add(info_stats_key(info), info.similarity.cosine, ok)
+        key = info_stats_key(info)
+        self.budget.add(key, info.similarity.cosine, ok)
+        if info.verified:
+            self.budget.add(key, info.similarity.cosine, ok, "verified")
 
     def stats(self) -> CacheStats:
         """Per table: lookups, hits, similarity, tokens and dollars spent and avoided, entries

@@ -29,7 +29,7 @@ from typing import Any
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
-from ._budget import STRICT_THRESHOLD, same_answer
+from ._budget import NO_HIT_THRESHOLD, STRICT_THRESHOLD, same_answer
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
 from ._errors import ConfigurationError, InvalidResponseError, StoreError
@@ -594,20 +594,32 @@ class _Call:
         )
 
     def _verify_now(self, candidate: Candidate) -> Any:
-        """On the request path: serve the near miss when the verifier says it answers the
-        query (and it passes the query's validator), else go on to the miss. The verdict is
-        the call's label; a verifier that fails makes a counted miss."""
+        """On the request path: ask the verifier whether the near miss answers the query; a
+        no (or a verifier that fails) makes a miss. A yes serves it, if it passes the query's
+        validator -- under a budget only where the table's ``verified`` labels prove a yes
+        at this cosine within the budget, and explored like any would-be hit until then (a
+        verdict is a guess, not a label: the verifier's own errors must count against δ)."""
         verdict = self._ask(candidate)
         if verdict is None:
             return None
         self.info.verified = verdict.same
+        budget = self.policy.wrong_hit_budget
         if not verdict.same:
-            self._label(candidate, False)
+            # A miss: under a budget its answer labels the near miss (_label_from_answer).
             return None
-        served = self._serve(candidate)
-        if served is not None:
-            self._label(candidate, True)
-        return served
+        if budget is None:
+            return self._serve(candidate)
+        key = self.stats_key
+        threshold: float = self._budget_call(
+            lambda: self.cache.budget.threshold(key, budget, "verified"),
+            default=NO_HIT_THRESHOLD,
+        )
+        if candidate.similarity.cosine < threshold:
+            return None  # a miss, whose answer labels both streams
+        explore = self._budget_call(
+            lambda: self.cache.budget.explore(key, budget, "verified"), default=True
+        )
+        return self._serve(candidate, explore=explore)
 
     def _ask(self, candidate: Candidate) -> Verdict | None:
         try:
@@ -643,6 +655,7 @@ class _Call:
             query=self.info.embed_text or "",
             cached=candidate.entry.embed_text,
             cosine=candidate.similarity.cosine,
+            label=self.info.label,
         )
         self.cache.verifications.submit(job)
 
@@ -667,18 +680,20 @@ class _Call:
             return default
 
     def _label(self, candidate: Candidate, ok: bool) -> None:
+        """Label the table by ``candidate`` (the call's nearest entry), and its verified stream
+        too when the verifier said yes to it."""
         self.info.label = ok
         key, cosine = self.stats_key, candidate.similarity.cosine
         self._budget_call(lambda: self.cache.budget.add(key, cosine, ok), default=None)
+        if self.info.verified:
+            self._budget_call(
+                lambda: self.cache.budget.add(key, cosine, ok, "verified"), default=None
+            )
 
     def _label_from_answer(self, fresh: str | None) -> None:
         """Under a budget, label the explored hit or the miss's nearest entry by comparing its
         answer with the one the LLM just gave (``fresh``, valid)."""
         if self.policy.wrong_hit_budget is None or self.info.label is not None or fresh is None:
-            return
-        if self._verify_later is not None:
-            # A near miss waiting for the verifier off the request path: its verdict is the
-            # label (in the band the verifier judges; comparing answers is for the rest).
             return
         if self._explore is not None:
             candidate, adapted = self._explore

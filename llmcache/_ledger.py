@@ -209,6 +209,14 @@ class TableStats(BaseModel):
     verify_dropped: int = 0  # queued but never verified (queue full, cache closed)
     verify_tokens: int = 0  # what asking cost (also inside tokens_spent / usd_spent)
     verify_usd: float = 0.0
+    # The table's labels of near misses the verifier said yes to: on the request path under a
+    # budget, a yes is served only where these prove the budget kept.
+    verified_labels: int = 0
+    verified_labels_wrong: int = 0
+    verified_explored: int = 0  # verified near misses also sent to the LLM to label them
+    verified_threshold: float | None = None  # raw cosine a yes must reach to be served
+    verified_wrong_rate: float | None = None
+    verified_wrong_rate_ci: tuple[float, float] | None = None
 
     @property
     def hit_rate(self) -> float:
@@ -348,14 +356,21 @@ class CacheStats(BaseModel):
             # Only when a verifier was used: the table above stays the whole output otherwise.
             lines.append(
                 f"{'verification':<26} {'agent':<16} {'asked':>7} {'yes':>6} {'no':>6} "
-                f"{'failed':>6} {'queued':>6} {'dropped':>7} {'tokens':>10} {'verify $':>10}"
+                f"{'failed':>6} {'queued':>6} {'dropped':>7} {'tokens':>10} {'verify $':>10} "
+                f"{'yes thresh':>10} {'yes labels':>10} {'yes wrong':>9} {'explored':>8}"
             )
             for t in verifying:
+                vthresh = "-"
+                if t.verified_threshold is not None:
+                    vthresh = (
+                        "closed" if t.verified_threshold > 1.0 else f"{t.verified_threshold:.3f}"
+                    )
                 lines.append(
                     f"{t.category[:26]:<26} {t.agent[:16]:<16} {t.verifications:>7} "
                     f"{t.verified_yes:>6} {t.verified_no:>6} {t.verify_failed:>6} "
                     f"{t.verify_queued:>6} {t.verify_dropped:>7} {t.verify_tokens:>10} "
-                    f"{t.verify_usd:>10.6f}"
+                    f"{t.verify_usd:>10.6f} {vthresh:>10} {t.verified_labels:>10} "
+                    f"{t.verified_labels_wrong:>9} {t.verified_explored:>8}"
                 )
         if self.limits is not None and self.limits.bounded:
             # Only for a bounded cache: the table above stays the whole output otherwise.
@@ -421,8 +436,9 @@ class Ledger:
             delta["vf_queued"] = 1
         if info.explored:
             # Exploration's own figures (also inside the spent ones): what the budget costs.
+            # A near miss the verifier said yes to is explored in the table's verified stream.
             delta |= {
-                "wh_explored": 1,
+                "wv_explored" if info.verified else "wh_explored": 1,
                 "wh_explore_tokens": info.explore_tokens,
                 "wh_explore_usd": info.explore_usd,
             }

@@ -97,8 +97,10 @@ class EmbedMode(str, Enum):
 
 
 #: Where a near miss is verified: ``request`` asks the verifier before answering (a yes is
-#: served as a hit); ``background`` answers the miss as usual and verifies afterwards, off the
-#: request path, the verdict becoming a label of the table.
+#: served as a hit; under a wrong-hit budget only where the table's labels of earlier yeses
+#: prove it, explored until then); ``background`` answers the miss as usual and verifies
+#: afterwards, off the request path, the verdict becoming a label of the table where the call
+#: gave none.
 VerifyPath = Literal["request", "background"]
 
 
@@ -401,8 +403,9 @@ class CallInfo(BaseModel):
 
     With a verifier (docs/wrong-hit-budget.md), ``verified`` is its verdict on this call's
     near miss (``True``: served as a hit, unless the cached answer then failed the query's
-    validator; ``False``: refused, the call a miss; ``None``: not asked, or asked off the
-    request path), ``verify_failed`` says the verifier raised (the
+    validator or, under a budget, the table's labels of earlier yeses do not yet prove this
+    one -- then ``explored`` or a miss; ``False``: refused, the call a miss; ``None``: not
+    asked, or asked off the request path), ``verify_failed`` says the verifier raised (the
     call went on as a miss) and ``verify_queued`` that the near miss waits for a verification
     off the request path. ``verify_tokens``/``verify_usd`` are what asking cost on the request
     path (inside ``usage``/``cost_usd``).

@@ -5,8 +5,11 @@ force, where the embedding alone is unsure (``verify_band``). On the request pat
 core asks the :class:`~llmcache.Verifier` before answering (``_core.py``). Off it
 (``verify_path="background"``, the way Krites verifies), the miss is answered and stored as
 usual and the near miss handed to the :class:`VerifyQueue` of the open cache: a worker thread
-asks the verifier and records the verdict as a label of the table through the wrong-hit
-budget's one label path (:meth:`BudgetBook.add`), so a table under a budget learns from it.
+asks the verifier. Where the call labelled its near miss by comparing answers (under a budget,
+with a modifier that needs no LLM), that label stands and a yes adds it to the table's
+``verified`` labels too, measuring how often the verifier's yes is right. Where the call gave
+no label, the verdict becomes the table's label, through the wrong-hit budget's one label path
+(:meth:`BudgetBook.add`): there the budget holds only as far as the verifier is right.
 
 Verifications off the path are an optimisation: the paid answer is stored before one is
 queued, so nothing a caller was given depends on them. A full queue refuses new ones, and a
@@ -55,13 +58,15 @@ def ask_verifier(verifier: Verifier, query: str, cached: str, cosine: float) -> 
 @dataclass(frozen=True)
 class VerifyJob:
     """One near miss to verify off the request path: the table (its counters' key), the
-    verifier in force for the call, the two embedding texts and their cosine."""
+    verifier in force for the call, the two embedding texts, their cosine, and the label the
+    call gave the near miss by comparing answers (``None``: none)."""
 
     key: str
     verifier: Verifier
     query: str
     cached: str
     cosine: float
+    label: bool | None = None
 
 
 class VerifyQueue:
@@ -172,7 +177,10 @@ class VerifyQueue:
         with self._lock:
             if self._abandoned:
                 return
-        self._book.add(job.key, job.cosine, verdict.same)
+        if job.label is None:
+            self._book.add(job.key, job.cosine, verdict.same)
+        elif verdict.same:
+            self._book.add(job.key, job.cosine, job.label, "verified")
 
     def _count(self, key: str, delta: dict[str, float]) -> None:
         with self._lock:

@@ -375,3 +375,13 @@ def test_labels_are_kept_in_every_backend(make_backend: Any) -> None:
     labels = second.budget.labels(key)
     assert (labels.count, labels.wrong) == (32, 2)
     assert second.budget.threshold(key, 0.2) == pytest.approx(0.93)
+    # A table's labels of verified yeses are a stream of their own, kept apart from its labels
+    # and stored the same way.
+    for ok in [True] * 5 + [False] * 5:
+        first.budget.add(key, 0.85, ok, "verified")
+    first.ledger.flush()
+    third = SemanticCache(backend, embedder=HashEmbedder(dim=64))
+    verified = third.budget.labels(key, "verified")
+    assert (verified.count, verified.wrong) == (10, 5)
+    assert third.budget.labels(key).count == 32
+    assert third.budget.threshold(key, 0.2, "verified") == STRICT_THRESHOLD  # not proven

@@ -102,13 +102,13 @@ def test_on_the_request_path_a_yes_serves_the_near_miss_as_a_verified_hit(tmp_pa
     expected = client.cache.prices.cost("gpt-4o-mini", Usage(prompt_tokens=40))
     assert info.verify_tokens == 40 and info.verify_usd == pytest.approx(expected)
     assert expected > 0 and info.cost_usd == pytest.approx(expected)
-    assert info.label is True
+    assert info.label is None  # a verdict is a guess, not a label
 
 
 def test_on_the_request_path_a_no_is_a_paid_miss(tmp_path: Path) -> None:
     client = _seeded(tmp_path, verifier=ScriptedVerifier(lambda query, cached: False))
     content, info = _ask(client, "0.85/3")
-    assert (content, info.outcome, info.verified, info.label) == ("fresh", "miss", False, False)
+    assert (content, info.outcome, info.verified, info.label) == ("fresh", "miss", False, None)
 
 
 def test_only_the_band_under_the_threshold_is_verified(tmp_path: Path) -> None:
@@ -179,19 +179,74 @@ def test_a_verified_answer_that_fails_the_validator_is_not_served(tmp_path: Path
     assert (content, info.outcome, info.verified) == ("fresh", "miss", True)
 
 
-def test_verdicts_are_labels_of_the_budget(tmp_path: Path) -> None:
-    verdicts = iter([True, False])
-    client = _seeded(
-        tmp_path,
-        verifier=ScriptedVerifier(lambda query, cached: next(verdicts)),
-        wrong_hit_budget=0.05,
+def _half_right(tmp_path: Path, verifier: ScriptedVerifier, budget: float) -> CachedLLM:
+    """A cache under ``budget`` whose entry "base" answers "42"; the LLM answers "42" to
+    queries on even axes and "other" to those on odd ones, so at cosine 0.9 half the near
+    misses have base's answer and half do not."""
+
+    def answer(request: dict[str, Any]) -> str:
+        content = request["messages"][-1]["content"]
+        axis = int(content.rsplit("/", 1)[1]) if "/" in content else 0  # "base": axis 0
+        return "42" if axis % 2 == 0 else "other"
+
+    client = _client(tmp_path, answer, verifier=verifier, wrong_hit_budget=budget, explore_seed=7)
+    _stored(client)
+    return client
+
+
+def _ask_keyed(client: CachedLLM, text: str) -> tuple[str, Any]:
+    """Like _ask, with the keyword also in the prompt, so the LLM double can answer by it."""
+    messages = [{"role": "user", "content": f"Answer the question {text}"}]
+    response, info = client.chat.completions.create_with_info(
+        model="m", messages=messages, cache=CacheOptions(category="qa", keywords=[text])
     )
-    # Under a budget the strict threshold (0.97) is in force: 0.9 lies in its band.
-    _, yes = _ask(client, "0.90/3")
-    _, no = _ask(client, "0.90/4")
-    assert (yes.outcome, yes.label, no.outcome, no.label) == ("hit", True, "miss", False)
-    labels = client.cache.budget.labels(info_stats_key(yes))
-    assert (labels.count, labels.wrong) == (2, 1)
+    return response.choices[0].message.content, info
+
+
+def test_under_a_budget_a_yes_is_served_only_once_earlier_yeses_prove_it(tmp_path: Path) -> None:
+    # The verifier knows the truth: yes on even axes. The table's own labels at 0.9 are half
+    # wrong, so its threshold stays strict; the labels of its yeses are all right.
+    verifier = ScriptedVerifier(lambda query, cached: int(query.split("/")[1]) % 2 == 0)
+    client = _half_right(tmp_path, verifier, budget=0.1)
+    served: list[Any] = []
+    for axis in range(2, DIM):
+        content, info = _ask_keyed(client, f"0.90/{axis}")
+        assert info.threshold == 0.97  # the table's own threshold never moves
+        assert info.verified is (axis % 2 == 0)
+        if info.outcome == "hit":
+            assert content == "42" and info.verified
+            served.append(axis)
+        else:
+            assert content == ("42" if axis % 2 == 0 else "other")
+            # Every miss labels its near miss by comparing answers, never by the verdict.
+            assert info.label is (axis % 2 == 0)
+    # Nothing was served before 25 yeses proved 0.9 within the budget
+    # (one-sided 95% bound ≤ 0.1 takes 25 right labels), then most of the later yeses were.
+    assert served and served[0] >= 2 + 2 * 25 and len(served) >= 10
+    key = info_stats_key(info)
+    table_labels = client.cache.budget.labels(key)  # every call but the served ones labels
+    asked = DIM - 2
+    assert (table_labels.count, table_labels.wrong) == (asked - len(served), asked // 2)
+    verified = client.cache.budget.labels(key, "verified")
+    assert verified.wrong == 0 and verified.explored > 0
+    table = client.cache.stats().tables[0]
+    assert table.verified_threshold is not None and table.verified_threshold <= 0.9
+    assert table.verified_labels == verified.count and table.verified_explored == verified.explored
+    assert "yes thresh" in client.cache.stats().render()
+
+
+def test_under_a_budget_a_verifier_that_is_wrong_serves_nothing(tmp_path: Path) -> None:
+    # A verifier that says yes to everything: its yeses are half wrong, so none is served.
+    verifier = ScriptedVerifier(lambda query, cached: True)
+    client = _half_right(tmp_path, verifier, budget=0.1)
+    outcomes = [_ask_keyed(client, f"0.90/{axis}")[1] for axis in range(2, DIM)]
+    assert all(info.outcome == "miss" and info.verified for info in outcomes)
+    verified = client.cache.budget.labels(info_stats_key(outcomes[0]), "verified")
+    assert verified.count == len(outcomes) and verified.wrong == len(outcomes) // 2
+    # Without a budget the same verifier serves every near miss: the budget is what stops it.
+    plain = _half_right(tmp_path / "plain", ScriptedVerifier(lambda q, c: True), budget=0.1)
+    plain.cache.config = plain.cache.config.model_copy(update={"wrong_hit_budget": None})
+    assert _ask_keyed(plain, "0.90/3")[1].outcome == "hit"
 
 
 def test_stats_and_render_show_verification_per_table(tmp_path: Path) -> None:
@@ -230,7 +285,9 @@ def test_off_the_path_the_miss_is_paid_then_verified_and_a_later_lookup_hits(
     queued = 0
     for axis in range(1, 60):
         _, info = _ask(client, f"0.90/{axis}")
-        assert (info.verified, info.label is None) == (None, info.verify_queued)
+        # Under a budget the miss labels its near miss by comparing answers; the verdict off
+        # the path only adds to the labels of the table's yeses.
+        assert info.verified is None and info.label is True
         if not info.verify_queued:
             break
         assert info.outcome == "miss" and info.threshold == 0.97
@@ -246,6 +303,25 @@ def test_off_the_path_the_miss_is_paid_then_verified_and_a_later_lookup_hits(
     assert len(verifier.calls) == queued
     table = client.cache.stats().tables[0]
     assert (table.verify_queued, table.verifications, table.verified_yes) == (queued,) * 3
+    assert (table.verified_labels, table.verified_labels_wrong) == (queued, 0)
+
+
+def test_off_the_path_with_no_label_from_answers_the_verdict_is_the_label(
+    tmp_path: Path,
+) -> None:
+    verdicts = iter([True, False])
+    client = _seeded(
+        tmp_path,
+        verifier=ScriptedVerifier(lambda query, cached: next(verdicts)),
+        verify_path="background",
+    )
+    # No budget: the call compares no answers, so the verdicts are the table's labels.
+    _, first = _ask(client, "0.85/3")
+    _, second = _ask(client, "0.85/4")
+    assert client.cache.wait_for_verifications(timeout=10)
+    assert (first.label, second.label) == (None, None)
+    labels = client.cache.budget.labels(info_stats_key(first))
+    assert (labels.count, labels.wrong) == (2, 1)
 
 
 def test_closing_with_verifications_pending_drops_and_counts_them(tmp_path: Path) -> None:
