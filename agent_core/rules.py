@@ -11,6 +11,7 @@ Nothing here imports llmcache.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,8 +62,8 @@ class ReactionOptions:
     def of(cls, current: str, act: str) -> ReactionOptions:
         return cls(keep=f"{_KEEP}{current}", act=act)
 
-    def shuffled(self, rng: Any) -> list[str]:
-        """The options in the order ``rng`` (a ``random.Random``) draws."""
+    def shuffled(self, rng: random.Random) -> list[str]:
+        """The options in the order ``rng`` draws."""
         shown = [self.keep, self.act, self.leave]
         rng.shuffle(shown)
         return shown
