@@ -30,27 +30,19 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import platform
 import random
 import resource
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from dev_set import QUORA, embed_cached  # beside this file
 from numpy.typing import NDArray
 
-from llmcache import ExactIndex, HnswIndex, MiniLMEmbedder
-
-# The switch a table makes past the exact limit is internal to the cache; timed here as is.
-from llmcache._index import AutoIndex
-
-QUORA = (
-    Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "quora_pairs.jsonl.gz"
-)
+from llmcache import AutoIndex, ExactIndex, HnswIndex
 
 
 def unit_rows(
@@ -201,22 +193,7 @@ def quora_vectors(
     if len(stored) < n:
         raise SystemExit(f"the development set has only {len(stored):,} questions to store")
     texts = stored + near_queries + other_queries
-    model = MiniLMEmbedder()
-    digest = hashlib.sha256("\n".join([model.model_id, *texts]).encode()).hexdigest()[:16]
-    cache = Path(tempfile.gettempdir()) / "llmcache-bench-index" / f"quora-{digest}.npy"
-    if cache.exists():
-        vectors = np.load(cache)
-    else:
-        started = time.perf_counter()
-        parts = []
-        for i in range(0, len(texts), 256):
-            parts.append(model.embed(texts[i : i + 256]))
-            if (i // 256) % 40 == 0:
-                print(f"  embedded {i + len(parts[-1]):,}/{len(texts):,}", flush=True)
-        vectors = np.concatenate(parts).astype(np.float32)
-        print(f"embedded {len(texts):,} questions in {time.perf_counter() - started:.0f} s")
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.save(cache, vectors)
+    _, vectors = embed_cached(texts, "index")
     return vectors[:n], vectors[n : n + half], vectors[n + half :]
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import hashlib
 import json
 import os
 import platform
@@ -61,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from dev_set import QUORA, embed_cached  # beside this file
 from numpy.typing import NDArray
 
 from llmcache import (
@@ -68,7 +68,6 @@ from llmcache import (
     CachedLLM,
     CacheOptions,
     LLMVerifier,
-    MiniLMEmbedder,
     Mode,
     SemanticCache,
     Verdict,
@@ -76,7 +75,7 @@ from llmcache import (
 )
 from llmcache.testing import FakeOpenAI
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "quora_pairs.jsonl.gz"
+DATA = QUORA
 STATIC = (0.80, 0.85, 0.90, 0.95)
 BUDGETS = (0.01, 0.02, 0.05)
 # Operating points with a verifier: (label, settings). The band reaches down to 0.80, where
@@ -145,21 +144,9 @@ def load_pairs(path: Path, n: int, seed: int) -> list[dict[str, Any]]:
 
 
 def embeddings(texts: list[str]) -> tuple[str, dict[str, NDArray[np.float32]]]:
-    model = MiniLMEmbedder()
     unique = sorted(set(texts))
-    digest = hashlib.sha256("\n".join([model.model_id, *unique]).encode()).hexdigest()[:16]
-    cache = Path(tempfile.gettempdir()) / "llmcache-bench-verification" / f"{digest}.npy"
-    if cache.exists():
-        vectors = np.load(cache)
-    else:
-        started = time.perf_counter()
-        vectors = np.concatenate(
-            [model.embed(unique[i : i + 256]) for i in range(0, len(unique), 256)]
-        )
-        print(f"embedded {len(unique)} texts in {time.perf_counter() - started:.0f} s")
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.save(cache, vectors)
-    return model.model_id, dict(zip(unique, vectors, strict=True))
+    model_id, vectors = embed_cached(unique, "verification")
+    return model_id, dict(zip(unique, vectors, strict=True))
 
 
 def _answers(pairs: list[dict[str, Any]]) -> dict[str, str]:
@@ -282,7 +269,7 @@ def report(
     warmup: int,
     verifier: VerifierFactory | None = None,
     only: str | None = None,
-) -> None:
+) -> list[tuple[str, dict[str, Any]]]:
     duplicates = sum(p["duplicate"] for p in pairs)
     print(f"\n{name}: {len(pairs)} pairs ({duplicates} duplicates), warm-up {warmup} asks")
     header = (
@@ -304,8 +291,10 @@ def report(
         points += [(label, {**kwargs, "verifier": verifier}) for label, kwargs in VERIFIED]
     if only is not None:
         points = [(label, kwargs) for label, kwargs in points if only in label]
+    results: list[tuple[str, dict[str, Any]]] = []
     for label, kwargs in points:
         result = run(pairs, embedder, warmup, **kwargs)
+        results.append((label, result))
         a, w = result["all"], result["after"]
         line = (
             f"{label:<15} {result['threshold']:>6.3f} | {a['correct']:>7} {a['wrong']:>5} "
@@ -326,6 +315,68 @@ def report(
             )
         print(line)
         sys.stdout.flush()
+    return results
+
+
+def plot(streams: dict[str, list[tuple[str, dict[str, Any]]]], path: Path, title: str) -> None:
+    """Wrong-hit rate against hit rate, one panel per stream: static thresholds as a curve,
+    budgets and verified operating points as labelled markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(streams), figsize=(6 * len(streams), 4.6), squeeze=False)
+    for ax, (name, results) in zip(axes[0], streams.items(), strict=True):
+        static = [(lbl, r["all"]) for lbl, r in results if lbl.startswith("cos")]
+        asks = {lbl: sum(r["all"][k] for k in ("correct", "wrong", "miss")) for lbl, r in results}
+
+        def xy(
+            label: str, tally: dict[str, Any], asks: dict[str, int] = asks
+        ) -> tuple[float, float]:
+            hits = tally["correct"] + tally["wrong"]
+            return 100 * hits / asks[label], 100 * tally["wrong_rate"]
+
+        if static:
+            points = [xy(lbl, t) for lbl, t in static]
+            ax.plot(*zip(*points, strict=True), "o-", color="tab:gray", label="static threshold")
+            for (lbl, _), (x, y) in zip(static, points, strict=True):
+                ax.annotate(lbl.removeprefix("cos >= "), (x, y), fontsize=8, xytext=(4, 4),
+                            textcoords="offset points")  # fmt: skip
+        # Points that fall on one spot (every budget that served nothing sits at 0, 0) share
+        # one label.
+        spots: dict[tuple[float, float], list[str]] = {}
+        for lbl, r in results:
+            if lbl.startswith("cos"):
+                continue
+            x, y = xy(lbl, r["all"])
+            verified = "vf" in lbl
+            ax.plot(
+                x,
+                y,
+                "D" if verified else "s",
+                color="tab:orange" if verified else "tab:blue",
+                label="with a verifier" if verified else "wrong-hit budget",
+            )
+            # Within a point of each other on both axes counts as one spot.
+            spot = next((k for k in spots if abs(k[0] - x) < 1 and abs(k[1] - y) < 1), (x, y))
+            spots.setdefault(spot, []).append(lbl)
+        for (x, y), labels in spots.items():
+            ax.annotate("\n".join(labels), (x, y), fontsize=7, xytext=(5, 3),
+                        textcoords="offset points", va="bottom")  # fmt: skip
+        handles, names = ax.get_legend_handles_labels()
+        unique = dict(zip(names, handles, strict=True))
+        ax.set_xlabel("hits, % of lookups")
+        ax.set_ylabel("wrong hits, % of hits")
+        ax.set_title(f"{name} ({asks[results[0][0]]} lookups)")
+        ax.grid(alpha=0.3)
+        ax.legend(unique.values(), unique.keys(), loc="upper left", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {path}")
 
 
 def main() -> int:
@@ -346,6 +397,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--stream", choices=("both", "mixed", "paraphrases"), default="both", help="which streams"
+    )
+    parser.add_argument(
+        "--figure", type=Path, help="also draw wrong-hit rate against hit rate to this PNG"
     )
     parser.add_argument(
         "--points", help="only the operating points whose label contains this (e.g. 'd=0.01 +vf')"
@@ -380,12 +434,22 @@ def main() -> int:
             def verifier(answers: dict[str, str]) -> Verifier:
                 return judge
 
+        streams: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         if args.stream in ("both", "mixed"):
-            report("mixed", pairs, embedder, args.warmup, verifier, args.points)
+            streams["mixed"] = report("mixed", pairs, embedder, args.warmup, verifier, args.points)
         paraphrases = [p for p in pairs if p["duplicate"]]
         if args.stream in ("both", "paraphrases"):
             warmup = min(args.warmup, len(paraphrases) // 3)
-            report("paraphrases", paraphrases, embedder, warmup, verifier, args.points)
+            streams["paraphrases"] = report(
+                "paraphrases", paraphrases, embedder, warmup, verifier, args.points
+            )
+    if args.figure is not None and streams:
+        plot(
+            streams,
+            args.figure,
+            f"bench_verification {datetime.now(timezone.utc):%Y-%m-%d}, {model_id}, "
+            f"verifier {args.verifier}, sample seed {args.seed}: development figures",
+        )
     print(
         "\nthresh: the static threshold, or the budget's learned one at the end of the stream "
         "(1.000: exact repeats only); expl: would-be hits explored (paid, served as misses)"

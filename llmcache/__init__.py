@@ -27,7 +27,7 @@ from ._errors import (
     LLMCacheError,
     StoreError,
 )
-from ._index import ExactIndex, HnswIndex
+from ._index import AutoIndex, ExactIndex, HnswIndex
 from ._keys import embedding_text, messages_text
 from ._ledger import CacheStats, Price, PriceTable, TableStats
 from ._llm_verifier import LLMVerifier
@@ -67,6 +67,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Adapted",
     "AsyncCachedLLM",
+    "AutoIndex",
     "BatchingEmbedder",
     "BoundedBackend",
     "CacheBackend",

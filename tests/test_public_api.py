@@ -59,6 +59,7 @@ def test_docstring_examples_run() -> None:
 EXPECTED_PUBLIC_NAMES = {
     "Adapted",
     "AsyncCachedLLM",
+    "AutoIndex",
     "BoundedBackend",
     "CacheBackend",
     "CacheConfig",
