@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,10 @@ def entry(vector: NDArray[np.float32], i: int, partition: Partition = PART) -> C
 # -- backends ---------------------------------------------------------------------------------
 
 
-def open_backend(kind: str, where: str) -> CacheBackend:
+def open_backend(kind: str, where: str, **options: Any) -> CacheBackend:
     if kind == "pg":
         dsn, schema = where.split("#", 1)
-        backend: CacheBackend = PgBackend(dsn, schema=schema)
+        backend: CacheBackend = PgBackend(dsn, schema=schema, **options)
     else:
         backend = LocalBackend(where)
     backend.check_embedder(EMBEDDER, DIM)
@@ -259,6 +260,15 @@ PROBE_VECTORS = 10  # stored vectors kept per probe partition, to ask near them
 NEAR_SIGMA = 0.025
 
 
+@dataclass(frozen=True)
+class AnnOptions:
+    """How the scale section builds and searches a partition's own HNSW index."""
+
+    m: int
+    ef_construction: int
+    ef_search: tuple[int, ...]
+
+
 class Layout:
     """Partitions of several sizes sharing one table: about ``total / len(sizes)`` rows in
     partitions of each size (at least one partition of each), what is left of ``total`` in
@@ -368,10 +378,12 @@ def scale(
     ann_min: int,
     workers: int,
     ops: int,
+    ann: AnnOptions,
 ) -> dict[str, Any]:
     """Fill one Postgres cache with ``layout``; exact lookups per partition size; the first
-    probe partition of each size >= ``ann_min`` with its own HNSW index (build time, lookups,
-    recall@1 against the exact search's best); then ``workers`` processes writing at once."""
+    probe partition of each size >= ``ann_min`` with its own HNSW index (build time, then
+    lookups and recall@1 against the exact search's best at each of ``ann.ef_search``); then
+    ``workers`` processes writing at once."""
     backend = open_backend("pg", where)
     rows: list[dict[str, Any]] = []
     try:
@@ -396,21 +408,28 @@ def scale(
             one = near_queries(layout, probes[:1], kept, queries, seed=size + 1)
             _, _, exact = timed_lookups(backend, one)
             t0 = time.perf_counter()
-            backend.create_ann_index(layout.parts[probes[0]].key)  # type: ignore[attr-defined]
-            build = time.perf_counter() - t0
-            p50, p99, ann = timed_lookups(backend, one)
-            recall = sum(a == e for a, e in zip(ann, exact, strict=True)) / len(exact)
-            rows.append(
-                {
-                    "size": size,
-                    "tables": f"1 of {layout.count(size):,}",
-                    "search": "hnsw",
-                    "p50": p50,
-                    "p99": p99,
-                    "recall": recall,
-                    "build_s": build,
-                }
+            backend.create_ann_index(  # type: ignore[attr-defined]
+                layout.parts[probes[0]].key, m=ann.m, ef_construction=ann.ef_construction
             )
+            build = time.perf_counter() - t0
+            for ef in ann.ef_search:
+                searcher = open_backend("pg", where, ef_search=ef)
+                try:
+                    p50, p99, found = timed_lookups(searcher, one)
+                finally:
+                    searcher.close()
+                recall = sum(a == e for a, e in zip(found, exact, strict=True)) / len(exact)
+                rows.append(
+                    {
+                        "size": size,
+                        "tables": f"1 of {layout.count(size):,}",
+                        "search": f"hnsw, ef_search {ef}",
+                        "p50": p50,
+                        "p99": p99,
+                        "recall": recall,
+                        "build_s": build,
+                    }
+                )
     finally:
         backend.close()
     small = [layout.parts[i] for i, n in enumerate(layout.rows) if n == min(layout.rows)]
@@ -418,7 +437,7 @@ def scale(
         {"share": share, **run_workers("pg", where, workers, ops, small, write_share=share)}
         for share in (1.0, 0.2)
     ]
-    return {"fill_rate": rate, "bytes": size_bytes, "rows": rows, "writers": writers}
+    return {"fill_rate": rate, "bytes": size_bytes, "rows": rows, "writers": writers, "ann": ann}
 
 
 def print_scale(layout: Layout, result: dict[str, Any], workers: int) -> None:
@@ -427,7 +446,9 @@ def print_scale(layout: Layout, result: dict[str, Any], workers: int) -> None:
     print(
         f"Postgres, {layout.total:,} rows in {len(layout.parts):,} partitions of one table: "
         f"{result['bytes'] / 2**30:.2f} GiB on disk ({per_row:,.0f} bytes per row, indexes "
-        f"included), filled at {result['fill_rate']:,.0f} rows/s in batches of 1,000"
+        f"included), filled at {result['fill_rate']:,.0f} rows/s in batches of 1,000; "
+        f"indexed partitions: HNSW m {result['ann'].m}, "
+        f"ef_construction {result['ann'].ef_construction}"
     )
     print(
         "| rows per partition | partitions asked | search | lookup p50 ms | lookup p99 ms "
@@ -487,6 +508,16 @@ def main() -> None:
     parser.add_argument(
         "--scale-ann-min", type=int, default=10_000, help="index partitions of this size and up"
     )
+    parser.add_argument("--scale-m", type=int, default=16, help="HNSW m of an indexed partition")
+    parser.add_argument(
+        "--scale-ef-construction", type=int, default=64, help="HNSW ef_construction"
+    )
+    parser.add_argument(
+        "--scale-ef-search",
+        type=lambda text: tuple(int(x) for x in text.split(",")),
+        default=(40, 100, 200),
+        help="comma-separated hnsw.ef_search values to measure (the backend's default is 100)",
+    )
     args = parser.parse_args()
     if ("pg" in args.backends or args.scale) and (reason := missing_extra()):
         sys.exit(reason)
@@ -541,6 +572,7 @@ def main() -> None:
                 args.scale_ann_min,
                 args.workers,
                 args.hammer_ops,
+                AnnOptions(args.scale_m, args.scale_ef_construction, args.scale_ef_search),
             )
 
     if rows:

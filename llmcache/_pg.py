@@ -207,7 +207,8 @@ LIMIT %(k)s
 """
 _ANN_PREFIX = "entries_ann_"
 _ANN_REFRESH_S = 30.0  # how often to notice indexes made or dropped by other processes
-_ANN_MAX_K = 40  # pgvector's default hnsw.ef_search: an HNSW scan returns at most that many
+_ANN_EF_SEARCH = 100  # see PgBackend's ef_search
+_ANN_EF_SEARCH_MAX = 1000  # pgvector refuses more
 
 # The probe every PgBackend runs once before it relies on pgvector: one cosine distance between
 # two 64-dimensional vectors, long enough that pgvector takes its vectorised loop -- the code
@@ -366,6 +367,10 @@ class PgBackend:
     holds this cache (several caches can share a database under different schemas).
     ``max_connections`` caps the connections this process opens; ``connect_kwargs`` go to
     ``psycopg.connect`` (e.g. ``prepare_threshold=None`` behind a transaction-mode pooler).
+    ``ef_search`` is the candidate list of a lookup in a partition that has its own HNSW index
+    (``create_ann_index``): larger finds the true nearest entry more often, slower. It is set
+    on each connection this backend opens (pgvector's ``hnsw.ef_search``), and bounds the
+    ``k`` such a lookup can return: a larger ``k`` falls back to exact search.
 
     The role needs the right to create the schema on first use, and the pgvector extension
     must exist in the database or be creatable by the role.
@@ -377,6 +382,7 @@ class PgBackend:
         *,
         schema: str = _DEFAULT_SCHEMA,
         max_connections: int = 8,
+        ef_search: int = _ANN_EF_SEARCH,
         **connect_kwargs: Any,
     ) -> None:
         _require_driver()
@@ -384,6 +390,11 @@ class PgBackend:
             raise ConfigurationError("the Postgres schema name must not be empty")
         if max_connections < 1:
             raise ConfigurationError("max_connections must be at least 1")
+        if not 1 <= ef_search <= _ANN_EF_SEARCH_MAX:
+            raise ConfigurationError(
+                f"ef_search must lie between 1 and {_ANN_EF_SEARCH_MAX}, not {ef_search}"
+            )
+        self._ef_search = int(ef_search)
         self._dsn = dsn
         self._schema = schema
         self._where = _where(dsn)
@@ -426,6 +437,8 @@ class PgBackend:
                     .as_string(conn)
                 )
             conn.execute("SELECT set_config('search_path', %s, false)", (self._search_path,))
+            # Per session, so a lookup pays no extra round trip for it.
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(self._ef_search),))
             register_vector(conn)
         except BaseException:
             conn.close()
@@ -708,7 +721,7 @@ class PgBackend:
         if dim is None:
             return []  # nothing was ever stored
         params = {"q": query, "pkey": partition.key, "k": k}
-        if k <= _ANN_MAX_K and partition.key in self._ann_partitions():
+        if k <= self._ef_search and partition.key in self._ann_partitions():
             ann = _SQL_ANN_SEARCH.format(dim=int(dim))
 
             def run(conn: psycopg.Connection[Any]) -> list[tuple[int, float]]:
@@ -824,7 +837,7 @@ class PgBackend:
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         dim = self._checked_dim(int(query.shape[0]), None) or int(query.shape[0])
         params = {"q": query, "pkey": partition.key, "k": k}
-        ann = k <= _ANN_MAX_K and partition.key in self._ann_partitions()
+        ann = k <= self._ef_search and partition.key in self._ann_partitions()
         text = _SQL_ANN_SEARCH.format(dim=int(dim)) if ann else _SQL_SEARCH
 
         def run(conn: psycopg.Connection[Any]) -> str:

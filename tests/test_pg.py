@@ -351,9 +351,10 @@ def test_search_is_exact_within_a_partition(pg_backends: PgBackends) -> None:
 def test_a_large_partition_can_get_its_own_hnsw_index(pg_backends: PgBackends) -> None:
     backend = pg_backends.make()
     backend.check_embedder(EMBEDDER, DIM)
-    # Big enough that the planner prefers the index to sorting the partition.
-    ids = backend.add_many([make_entry(P, unit(i)) for i in range(1000)])
-    big = dict(zip(ids, range(1000), strict=True))
+    # Big enough that the planner prefers the index to sorting the partition (at the default
+    # ef_search of 100 it sorts 1,000 rows rather than walk the graph).
+    ids = backend.add_many([make_entry(P, unit(i)) for i in range(2000)])
+    big = dict(zip(ids, range(2000), strict=True))
     small = {backend.add(make_entry(Q, unit(i))): i for i in range(2000, 2030)}
     assert "Index Scan using entries_ann_" not in backend.explain_search(P, unit(1), 3)
     assert backend.index_large_partitions(min_entries=500) == [P.key]
@@ -362,7 +363,7 @@ def test_a_large_partition_can_get_its_own_hnsw_index(pg_backends: PgBackends) -
     assert f"entries_ann_{P.key}" in plan
     # The other partition keeps its exact scan (a partial index is not for it).
     assert "entries_ann_" not in backend.explain_search(Q, unit(301), 3)
-    for entry_id, seed in list(big.items())[::50]:
+    for entry_id, seed in list(big.items())[::100]:
         found = backend.search(P, unit(seed), 3)
         assert found[0][0] == entry_id and found[0][1] == pytest.approx(1.0, abs=1e-5)
         assert all(i in big for i, _ in found)
@@ -380,6 +381,26 @@ def test_a_large_partition_can_get_its_own_hnsw_index(pg_backends: PgBackends) -
     assert "entries_ann_" not in backend.explain_search(P, unit(1), 3)
     with pytest.raises(ConfigurationError):
         backend.create_ann_index("x'; DROP TABLE entries; --")
+
+
+def test_ef_search_is_set_per_connection_and_bounds_an_index_lookup(
+    pg_backends: PgBackends,
+) -> None:
+    with pytest.raises(ConfigurationError, match="ef_search"):
+        pg_backends.make(ef_search=0)
+    backend = pg_backends.make(ef_search=7)
+    backend.check_embedder(EMBEDDER, DIM)
+    ids = backend.add_many([make_entry(P, unit(i)) for i in range(2000)])
+    backend.create_ann_index(P.key)
+    with backend._connection() as conn:
+        row = conn.execute("SHOW hnsw.ef_search").fetchone()
+    assert row is not None and row[0] == "7"
+    # Within ef_search the partition's index answers; past it (an HNSW scan returns at most
+    # ef_search rows) the lookup falls back to the exact scan and still returns k rows.
+    assert f"entries_ann_{P.key}" in backend.explain_search(P, unit(1), 7)
+    assert "entries_ann_" not in backend.explain_search(P, unit(1), 8)
+    found = backend.search(P, unit(3), 20)
+    assert len(found) == 20 and found[0][0] == ids[3]
 
 
 def test_iterate_pages_through_large_partitions(
