@@ -430,6 +430,8 @@ def scale(
                         "build_s": build,
                     }
                 )
+        rows_c, explained = contiguous_control(backend, layout, kept, queries)
+        rows.extend(rows_c)
     finally:
         backend.close()
     small = [layout.parts[i] for i, n in enumerate(layout.rows) if n == min(layout.rows)]
@@ -437,7 +439,62 @@ def scale(
         {"share": share, **run_workers("pg", where, workers, ops, small, write_share=share)}
         for share in (1.0, 0.2)
     ]
-    return {"fill_rate": rate, "bytes": size_bytes, "rows": rows, "writers": writers, "ann": ann}
+    return {
+        "fill_rate": rate,
+        "bytes": size_bytes,
+        "rows": rows,
+        "writers": writers,
+        "ann": ann,
+        "explained": explained,
+    }
+
+
+def _analysed(backend: CacheBackend, partition: Partition, query: NDArray[np.float32]) -> str:
+    """The top node's buffer counts and the execution time of one exact lookup."""
+    plan = backend.explain_search(partition, query, 5, analyze=True)  # type: ignore[attr-defined]
+    lines = [line.strip() for line in plan.splitlines()]
+    buffers = next((line for line in lines if line.startswith("Buffers:")), "Buffers: ?")
+    timing = next((line for line in lines if line.startswith("Execution Time:")), "")
+    return f"{buffers}; {timing}"
+
+
+def contiguous_control(
+    backend: CacheBackend,
+    layout: Layout,
+    kept: dict[int, list[NDArray[np.float32]]],
+    queries: int,
+) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """What limits an exact lookup in a small partition: the same lookups in a partition of the
+    smallest size written in one batch after the fill (its rows side by side on few pages),
+    against the fill's partitions (their rows scattered over the table, one per page), with
+    the pages one lookup touches in each."""
+    size = min(layout.rows)
+    control = Partition(category="importance", agent="contiguous control", params_hash="h")
+    data = vectors(size, seed=99)
+    for start in range(0, size, 1000):
+        stop = min(size, start + 1000)
+        backend.add_many([entry(data[i], 10**9 + i, control) for i in range(start, stop)])
+    rng = np.random.default_rng(5)
+    qs = []
+    for i in range(queries):
+        q = data[i % PROBE_VECTORS] + rng.standard_normal(DIM).astype(np.float32) * NEAR_SIGMA
+        qs.append((control, q / np.linalg.norm(q)))
+    p50, p99, _ = timed_lookups(backend, qs)
+    row = {
+        "size": size,
+        "tables": "1 written in one batch",
+        "search": "exact, rows side by side",
+        "p50": p50,
+        "p99": p99,
+        "recall": None,
+        "build_s": None,
+    }
+    scattered = layout.parts[layout.probes[size][0]]
+    explained = [
+        ("scattered", _analysed(backend, scattered, kept[layout.probes[size][0]][0])),
+        ("side by side", _analysed(backend, control, data[0])),
+    ]
+    return [row], explained
 
 
 def print_scale(layout: Layout, result: dict[str, Any], workers: int) -> None:
@@ -462,6 +519,10 @@ def print_scale(layout: Layout, result: dict[str, Any], workers: int) -> None:
             f"| {r['size']:,} | {r['tables']} | {r['search']} | {r['p50']:.2f} "
             f"| {r['p99']:.2f} | {recall} | {build} |"
         )
+    print()
+    print(f"One exact lookup in a {min(layout.rows):,}-row partition, EXPLAIN (ANALYZE, BUFFERS):")
+    for label, text in result["explained"]:
+        print(f"- rows {label}: {text}")
     print()
     print(
         f"{workers} processes at once, single-row operations on random "

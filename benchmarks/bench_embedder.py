@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from bench_models import header_line, machine_info  # beside this file
 
 from llmcache import BatchingEmbedder, Embedder, MiniLMEmbedder
 from llmcache.testing import HashEmbedder
@@ -164,6 +165,7 @@ def main() -> None:
     MiniLMEmbedder(intra_op_threads=args.threads).load()
     second_load = time.perf_counter() - start
 
+    print(header_line(machine_info()))
     print(
         f"machine: {os.cpu_count()} cpus, {platform.python_implementation()} "
         f"{platform.python_version()}; MiniLM intra-op threads: {minilm.intra_op_threads}"

@@ -29,17 +29,16 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
-import random
 import resource
 import time
 from pathlib import Path
 
 import numpy as np
-from dev_set import QUORA, embed_cached  # beside this file
+from bench_models import header_line, machine_info  # beside this file
+from dev_set import quora_vectors  # beside this file
 from numpy.typing import NDArray
 
 from llmcache import AutoIndex, ExactIndex, HnswIndex
@@ -162,39 +161,6 @@ def build_hnsw(
                 hnsw.save(ckpt)
                 progress.write_text(json.dumps({"built": done, "seconds": elapsed}))
     return hnsw, spent + time.perf_counter() - t0, resumed
-
-
-def quora_vectors(
-    n: int, queries: int, seed: int
-) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32]]:
-    """MiniLM vectors of ``n`` stored Quora questions, of ``queries // 2`` held-out paraphrases
-    of stored ones, and of as many held-out questions with no labelled duplicate."""
-    with gzip.open(QUORA, "rt", encoding="utf-8") as f:
-        pairs = [json.loads(line) for line in f]
-    pairs = [(p["a"].strip(), p["b"].strip(), p["duplicate"]) for p in pairs]
-    pairs = [(a, b, d) for a, b, d in pairs if a and b and a != b]
-    random.Random(seed).shuffle(pairs)
-    half = queries // 2
-    near = [(a, b) for a, b, d in pairs if d]
-    duplicated = {t for a, b, d in pairs if d for t in (a, b)}
-    other = list(dict.fromkeys(b for _, b, d in pairs if not d and b not in duplicated))
-    near_queries: list[str] = []
-    anchors: list[str] = []
-    for a, b in near:
-        if len(near_queries) == half:
-            break
-        if b not in near_queries and b not in anchors and a not in near_queries + anchors:
-            near_queries.append(b)
-            anchors.append(a)
-    other_queries = other[: queries - half]
-    held = set(near_queries) | set(other_queries)
-    everything = dict.fromkeys(t for a, b, _ in pairs for t in (a, b))
-    stored = list(dict.fromkeys(anchors + [t for t in everything if t not in held]))[:n]
-    if len(stored) < n:
-        raise SystemExit(f"the development set has only {len(stored):,} questions to store")
-    texts = stored + near_queries + other_queries
-    _, vectors = embed_cached(texts, "index")
-    return vectors[:n], vectors[n : n + half], vectors[n + half :]
 
 
 def run_size(args: argparse.Namespace, n: int, rng: np.random.Generator) -> None:
@@ -394,6 +360,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    print(header_line(machine_info()))
     print(
         f"bench_index: {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
         f"{platform.machine()}, {os.cpu_count()} cpus, numpy {np.__version__}; "

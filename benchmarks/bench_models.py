@@ -102,6 +102,9 @@ class MachineInfo(BaseModel):
     cpu: str
     cores: int
     load_average: tuple[float, float, float]
+    # The widest vector instructions the CPU offers: onnxruntime and pgvector choose their
+    # kernels by it at run time, so the same model runs at different speeds on one CPU class.
+    vector_isa: str = "unknown"
 
 
 class BenchReport(BaseModel):
@@ -265,18 +268,36 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def vector_isa() -> str:
+    """``AVX-512``, ``AVX2`` or ``no AVX2``, from ``/proc/cpuinfo``'s flags (Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags":
+                flags = set(value.split())
+                if "avx512f" in flags:
+                    return "AVX-512"
+                return "AVX2" if "avx2" in flags else "no AVX2"
+    except OSError:
+        pass
+    return "unknown"
+
+
 def machine_info() -> MachineInfo:
     return MachineInfo(
         date=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         cpu=cpu_model(),
         cores=os.cpu_count() or 1,
         load_average=os.getloadavg(),
+        vector_isa=vector_isa(),
     )
 
 
 def header_line(info: MachineInfo) -> str:
     load = ", ".join(f"{x:.2f}" for x in info.load_average)
-    return f"# {info.date} | {info.cpu} | {info.cores} cores | load average {load}"
+    return (
+        f"# {info.date} | {info.cpu} ({info.vector_isa}) | {info.cores} cores | load average {load}"
+    )
 
 
 # ----------------------------------------------------------------------------- measuring

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_models import header_line, machine_info  # beside this file
+
 from agent_core import GROUPS, TEMPLATES, Simulation, load_agents, open_town_llm
 from agent_core.testing import ScriptedLLM
 from llmcache import Embedder
@@ -69,6 +71,7 @@ def main() -> None:
     )
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
+    print(header_line(machine_info()), flush=True)
 
     fake = TimedClient(ScriptedLLM(seed=args.seed, malformed_rate=args.malformed_rate))
     with tempfile.TemporaryDirectory() as tmp:

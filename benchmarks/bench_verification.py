@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_models import header_line, machine_info  # beside this file
 from dev_set import QUORA, embed_cached  # beside this file
 from numpy.typing import NDArray
 
@@ -414,6 +415,7 @@ def main() -> int:
     pairs = load_pairs(args.data, args.pairs, args.seed)
     model_id, table = embeddings([p[k] for p in pairs for k in ("a", "b")])
     embedder = Precomputed(model_id, table)
+    print(header_line(machine_info()))
     print(
         f"bench_verification: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
         f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}, "

@@ -8,7 +8,10 @@ embedding 100k questions takes minutes on 2 cores.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
+import random
 import tempfile
 import time
 from pathlib import Path
@@ -18,7 +21,7 @@ from numpy.typing import NDArray
 
 from llmcache import MiniLMEmbedder
 
-__all__ = ["QUORA", "embed_cached"]
+__all__ = ["QUORA", "embed_cached", "quora_vectors"]
 
 QUORA = (
     Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks" / "quora_pairs.jsonl.gz"
@@ -44,3 +47,36 @@ def embed_cached(texts: list[str], purpose: str) -> tuple[str, NDArray[np.float3
     cache.parent.mkdir(parents=True, exist_ok=True)
     np.save(cache, vectors)
     return model.model_id, vectors
+
+
+def quora_vectors(
+    n: int, queries: int, seed: int
+) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32]]:
+    """MiniLM vectors of ``n`` stored Quora questions, of ``queries // 2`` held-out paraphrases
+    of stored ones, and of as many held-out questions with no labelled duplicate."""
+    with gzip.open(QUORA, "rt", encoding="utf-8") as f:
+        pairs = [json.loads(line) for line in f]
+    pairs = [(p["a"].strip(), p["b"].strip(), p["duplicate"]) for p in pairs]
+    pairs = [(a, b, d) for a, b, d in pairs if a and b and a != b]
+    random.Random(seed).shuffle(pairs)
+    half = queries // 2
+    near = [(a, b) for a, b, d in pairs if d]
+    duplicated = {t for a, b, d in pairs if d for t in (a, b)}
+    other = list(dict.fromkeys(b for _, b, d in pairs if not d and b not in duplicated))
+    near_queries: list[str] = []
+    anchors: list[str] = []
+    for a, b in near:
+        if len(near_queries) == half:
+            break
+        if b not in near_queries and b not in anchors and a not in near_queries + anchors:
+            near_queries.append(b)
+            anchors.append(a)
+    other_queries = other[: queries - half]
+    held = set(near_queries) | set(other_queries)
+    everything = dict.fromkeys(t for a, b, _ in pairs for t in (a, b))
+    stored = list(dict.fromkeys(anchors + [t for t in everything if t not in held]))[:n]
+    if len(stored) < n:
+        raise SystemExit(f"the development set has only {len(stored):,} questions to store")
+    texts = stored + near_queries + other_queries
+    _, vectors = embed_cached(texts, "index")
+    return vectors[:n], vectors[n : n + half], vectors[n + half :]

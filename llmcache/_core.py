@@ -333,13 +333,16 @@ def adapt_candidate(
     call: CallFn | None,
     on_invalid: InvalidFn | None = None,
     shape: Shape = CHAT,
+    policy: ResolvedPolicy | None = None,
 ) -> Adapted:
     """The hit step, for :meth:`SemanticCache.adapt` (see there): modifier, then validation.
 
     Kept here, beside the miss path, because a revision is sent like a miss is (validated,
-    resubmitted while invalid) and must be accounted like one.
+    resubmitted while invalid) and must be accounted like one. ``policy``: the one the call
+    already resolved from ``options`` (resolved here when not given).
     """
-    policy = cache.config.resolve(options)
+    if policy is None:
+        policy = cache.config.resolve(options)
     modifier = policy.modifier if policy.modifier is not None else Read()
     name = modifier_name(modifier)
     if shape.is_tool_call_entry(candidate.entry):
@@ -748,6 +751,7 @@ class _Call:
             call=self.call,
             on_invalid=self._record_invalid,
             shape=self.shape,
+            policy=self.policy,
         )
         # Whatever the modifier spent is spent, hit or not.
         self.info.usage = self.info.usage + adapted.usage

@@ -832,16 +832,22 @@ class PgBackend:
             self.create_ann_index(pkey, **options)
         return made
 
-    def explain_search(self, partition: Partition, vector: NDArray[np.float32], k: int) -> str:
-        """The plan Postgres uses for this lookup (to check which path a partition takes)."""
+    def explain_search(
+        self, partition: Partition, vector: NDArray[np.float32], k: int, *, analyze: bool = False
+    ) -> str:
+        """The plan Postgres uses for this lookup (to check which path a partition takes);
+        with ``analyze``, run it and include its timings and buffer counts (pages found in
+        Postgres's shared buffers against pages read from the operating system)."""
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         dim = self._checked_dim(int(query.shape[0]), None) or int(query.shape[0])
         params = {"q": query, "pkey": partition.key, "k": k}
         ann = k <= self._ef_search and partition.key in self._ann_partitions()
         text = _SQL_ANN_SEARCH.format(dim=int(dim)) if ann else _SQL_SEARCH
 
+        explain = "EXPLAIN (ANALYZE, BUFFERS) " if analyze else "EXPLAIN "
+
         def run(conn: psycopg.Connection[Any]) -> str:
-            rows = conn.execute("EXPLAIN " + text, params, prepare=False).fetchall()
+            rows = conn.execute(explain + text, params, prepare=False).fetchall()
             return "\n".join(str(r[0]) for r in rows)
 
         return self._read(run)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import difflib
+import functools
 import hashlib
 import json
 import time
@@ -226,10 +227,15 @@ class Partition(BaseModel):
     @property
     def key(self) -> str:
         """A short stable identifier, safe in file names."""
-        digest = hashlib.sha256(
-            canonical_json([self.category, self.agent, self.params_hash]).encode()
-        ).hexdigest()
-        return digest[:24]
+        return _partition_key(self.category, self.agent, self.params_hash)
+
+
+@functools.lru_cache(maxsize=4096)
+def _partition_key(category: str, agent: str, params_hash: str) -> str:
+    # Memoised: a hit asks for its table's key several times, and a town has a few hundred
+    # tables. Not a cached attribute, which model_copy(update=...) would carry over stale.
+    digest = hashlib.sha256(canonical_json([category, agent, params_hash]).encode()).hexdigest()
+    return digest[:24]
 
 
 # What an entry's checksum covers: everything a lookup decides a hit by (table, text, vector)

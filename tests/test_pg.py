@@ -401,6 +401,8 @@ def test_ef_search_is_set_per_connection_and_bounds_an_index_lookup(
     assert "entries_ann_" not in backend.explain_search(P, unit(1), 8)
     found = backend.search(P, unit(3), 20)
     assert len(found) == 20 and found[0][0] == ids[3]
+    analysed = backend.explain_search(P, unit(1), 3, analyze=True)
+    assert "actual time=" in analysed and "Buffers: shared hit=" in analysed
 
 
 def test_iterate_pages_through_large_partitions(
