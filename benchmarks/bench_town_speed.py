@@ -43,6 +43,9 @@ class SpeedRow(BaseModel):
     hits: int
     cost_usd: float
     avoided_usd: float
+    # Per category: prompts, hits, and the seconds the model's answers took (summed over
+    # calls, which overlap when prompts are in flight together: a share, not a wall time).
+    by_category: dict[str, tuple[int, int, float]] = {}
 
     @property
     def hit_rate(self) -> float:
@@ -76,6 +79,11 @@ def run_once(
         llm.close()
     calls = read_records(dataset)
     hits = sum(1 for c in calls if c.outcome == "hit")
+    by_category: dict[str, tuple[int, int, float]] = {}
+    for c in calls:
+        n, h, seconds = by_category.get(c.category, (0, 0, 0.0))
+        hit = c.outcome == "hit"
+        by_category[c.category] = (n + 1, h + hit, seconds + (0.0 if hit else c.latency_s))
     return SpeedRow(
         config=config,
         wall_seconds=round(wall, 1),
@@ -84,7 +92,25 @@ def run_once(
         hits=hits,
         cost_usd=sum(c.cost_usd or 0.0 for c in calls),
         avoided_usd=sum(c.avoided_usd or 0.0 for c in calls),
+        by_category=by_category,
     )
+
+
+def print_categories(rows: list[SpeedRow]) -> None:
+    """Where the runs differ: prompts (hits) and the model's seconds per category and run."""
+    categories = sorted(
+        {name for r in rows for name in r.by_category},
+        key=lambda name: -max(r.by_category.get(name, (0, 0, 0.0))[0] for r in rows),
+    )
+    print()
+    print("per category: prompts (hits) / seconds the model spent answering, summed over calls")
+    print(f"{'category':<24}" + "".join(f"{r.config:>22}" for r in rows))
+    for name in categories:
+        cells = []
+        for r in rows:
+            n, h, seconds = r.by_category.get(name, (0, 0, 0.0))
+            cells.append(f"{f'{n} ({h}) / {seconds:.0f} s':>22}")
+        print(f"{name:<24}" + "".join(cells))
 
 
 def main() -> None:
@@ -124,6 +150,7 @@ def main() -> None:
             f"{r.hit_rate:>10.1%}{r.cost_usd:>10.4f}"
             f"{base.wall_seconds / max(r.wall_seconds, 1e-9):>9.2f}x"
         )
+    print_categories(rows)
     if args.json:
         payload = {
             "machine": info.model_dump(),
