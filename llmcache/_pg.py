@@ -767,12 +767,14 @@ class PgBackend:
     ) -> None:
         """Give one large partition its own HNSW index, so lookups in it stop scanning it.
 
-        Exact search reads every vector of the partition: fine up to some thousands of rows
-        (about 1 ms per thousand 384-d vectors), slow past that. An HNSW index answers in about
-        a millisecond at any size, approximately (like the embedded backend's hnswlib). The
-        index covers only this partition (a partial index), so other partitions keep their
-        exact, correct search. Built ``CONCURRENTLY``: writers are not blocked meanwhile.
-        Processes notice the new index within 30 seconds. Idempotent.
+        Exact search reads every vector of the partition: its time grows with the partition's
+        rows. An HNSW index answers in a time that barely grows with them, approximately (like
+        the embedded backend's hnswlib), at the backend's ``ef_search``; docs/performance.md
+        has both measured at 1k-100k rows. The defaults (``m`` 16, ``ef_construction`` 64)
+        were chosen there: a larger graph bought the same recall at a higher latency and 2.5x
+        the build time. The index covers only this partition (a partial index), so other
+        partitions keep their exact, correct search. Built ``CONCURRENTLY``: writers are not
+        blocked meanwhile. Processes notice the new index within 30 seconds. Idempotent.
         """
         if not re.fullmatch(r"[0-9a-f]{8,64}", partition_key):
             raise ConfigurationError(f"not a partition key: {partition_key!r}")
