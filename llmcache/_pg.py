@@ -206,6 +206,7 @@ ORDER BY embedding::vector({dim}) <=> %(q)b
 LIMIT %(k)s
 """
 _ANN_PREFIX = "entries_ann_"
+_COVERING_INDEX = "entries_covering"  # see PgBackend.create_covering_index
 _ANN_REFRESH_S = 30.0  # how often to notice indexes made or dropped by other processes
 _ANN_EF_SEARCH = 100  # see PgBackend's ef_search
 _ANN_EF_SEARCH_MAX = 1000  # pgvector refuses more
@@ -816,6 +817,45 @@ class PgBackend:
                 )
             )
         self._ann_checked = -_ANN_REFRESH_S
+
+    def create_covering_index(self, maintenance_work_mem: str | None = "256MB") -> None:
+        """Keep every row's vector in a btree on ``(pkey, id)`` too, so that an exact lookup
+        reads its partition's index pages, which lie side by side, instead of one heap page
+        per row (an index-only scan).
+
+        A town writes its tables interleaved, so the rows of one table end up scattered over
+        the whole ``entries`` table: at a million rows a lookup in a 1,000-row table touched
+        about 1,000 pages, most of them read from the operating system. With this index it
+        touched about 260, and its p99 fell about threefold; the price is more than twice the
+        disk (each vector is stored twice) and slightly slower writes (docs/performance.md).
+        An operator's call, for caches larger than the server's memory. Built
+        ``CONCURRENTLY``, then ``VACUUM (ANALYZE)``, which marks pages all-visible so the scan
+        need not visit the heap; autovacuum keeps that up afterwards. Idempotent.
+        """
+        statement = sql.SQL(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON entries (pkey, id)"
+            " INCLUDE (embedding)"
+        ).format(name=sql.Identifier(_COVERING_INDEX))
+        with self._connection() as conn:
+            if maintenance_work_mem:
+                conn.execute(
+                    "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
+                )
+            try:
+                conn.execute(statement)
+            finally:
+                if not conn.broken:
+                    conn.execute("RESET maintenance_work_mem")
+            conn.execute("VACUUM (ANALYZE) entries")
+
+    def drop_covering_index(self) -> None:
+        """Undo :meth:`create_covering_index`."""
+        with self._connection() as conn:
+            conn.execute(
+                sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
+                    sql.Identifier(self._schema, _COVERING_INDEX)
+                )
+            )
 
     def index_large_partitions(self, min_entries: int = 20_000, **options: Any) -> list[str]:
         """:meth:`create_ann_index` for every partition holding ``min_entries`` or more;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -403,6 +404,32 @@ def test_ef_search_is_set_per_connection_and_bounds_an_index_lookup(
     assert len(found) == 20 and found[0][0] == ids[3]
     analysed = backend.explain_search(P, unit(1), 3, analyze=True)
     assert "actual time=" in analysed and "Buffers: shared hit=" in analysed
+
+
+def test_a_covering_index_makes_exact_lookups_index_only(pg_backends: PgBackends) -> None:
+    backend = pg_backends.make()
+    backend.check_embedder(EMBEDDER, DIM)
+    # A small table written interleaved with a large one, as a town writes its tables (small
+    # enough a share of the rows that the planner reads it through an index, not a scan).
+    ids: dict[int, int] = {}
+    for i in range(200):
+        ids[i] = backend.add(make_entry(P, unit(i)))
+        backend.add_many([make_entry(Q, unit(10_000 + 50 * i + j)) for j in range(50)])
+    assert "Index Only Scan" not in backend.explain_search(P, unit(1), 3)
+    backend.create_covering_index()
+    backend.create_covering_index()  # idempotent
+    plan = backend.explain_search(P, unit(1), 3, analyze=True)
+    assert "Index Only Scan using entries_covering" in plan
+    # VACUUM marked the pages all-visible: the scan reads the heap for few of the 200 rows.
+    fetches = re.search(r"Heap Fetches: (\d+)", plan)
+    assert fetches is not None and int(fetches.group(1)) < 20
+    # Still exact, and rows written after it are found (through the heap until vacuumed).
+    for i in (1, 101, 199):
+        assert backend.search(P, unit(i), 1)[0][0] == ids[i]
+    late = backend.add(make_entry(P, unit(5000)))
+    assert backend.search(P, unit(5000), 1)[0][0] == late
+    backend.drop_covering_index()
+    assert "entries_covering" not in backend.explain_search(P, unit(1), 3)
 
 
 def test_iterate_pages_through_large_partitions(
