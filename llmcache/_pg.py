@@ -25,7 +25,9 @@ Why this shape:
   even if somebody adds a global vector index later. A partition that grows large (tens of
   thousands of rows) can be given its own partial HNSW index (``create_ann_index``,
   ``index_large_partitions``); its lookups then use that index, approximately, as the
-  embedded backend's hnswlib does.
+  embedded backend's hnswlib does. A cache whose tables' rows lie scattered over a table
+  larger than memory can keep each vector in the ``(pkey, id)`` btree too
+  (``create_covering_index``), so an exact lookup reads pages side by side.
 - **Vectors apart from bodies.** The scan reads only ``entries``, whose rows stay small and
   inline (``STORAGE MAIN``); the answer JSON sits in ``bodies`` and is read only for the few
   candidates a lookup returns.
@@ -793,9 +795,22 @@ class PgBackend:
             ef=sql.Literal(int(ef_construction)),
             pkey=sql.Literal(partition_key),
         )
+        # Fresh statistics: with stale row counts the planner keeps sorting the partition.
+        self._build_index(statement, maintenance_work_mem, then="ANALYZE entries")
+        self._ann_checked = -_ANN_REFRESH_S
+
+    def drop_ann_index(self, partition_key: str) -> None:
+        """Go back to exact search for a partition."""
+        self._drop_index(_ANN_PREFIX + partition_key)
+        self._ann_checked = -_ANN_REFRESH_S
+
+    def _build_index(
+        self, statement: sql.Composed, maintenance_work_mem: str | None, *, then: str
+    ) -> None:
+        """Run a ``CREATE INDEX`` with the given build memory, then ``then`` on the table."""
         with self._connection() as conn:
             if maintenance_work_mem:
-                # Building in memory is many times faster than spilling the graph to disk.
+                # Building in memory is many times faster than spilling to disk.
                 conn.execute(
                     "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
                 )
@@ -804,19 +819,15 @@ class PgBackend:
             finally:
                 if not conn.broken:
                     conn.execute("RESET maintenance_work_mem")
-            # Fresh statistics: with stale row counts the planner keeps sorting the partition.
-            conn.execute("ANALYZE entries")
-        self._ann_checked = -_ANN_REFRESH_S
+            conn.execute(then)
 
-    def drop_ann_index(self, partition_key: str) -> None:
-        """Go back to exact search for a partition."""
+    def _drop_index(self, name: str) -> None:
         with self._connection() as conn:
             conn.execute(
                 sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
-                    sql.Identifier(self._schema, _ANN_PREFIX + partition_key)
+                    sql.Identifier(self._schema, name)
                 )
             )
-        self._ann_checked = -_ANN_REFRESH_S
 
     def create_covering_index(self, maintenance_work_mem: str | None = "256MB") -> None:
         """Keep every row's vector in a btree on ``(pkey, id)`` too, so that an exact lookup
@@ -836,26 +847,11 @@ class PgBackend:
             "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON entries (pkey, id)"
             " INCLUDE (embedding)"
         ).format(name=sql.Identifier(_COVERING_INDEX))
-        with self._connection() as conn:
-            if maintenance_work_mem:
-                conn.execute(
-                    "SELECT set_config('maintenance_work_mem', %s, false)", (maintenance_work_mem,)
-                )
-            try:
-                conn.execute(statement)
-            finally:
-                if not conn.broken:
-                    conn.execute("RESET maintenance_work_mem")
-            conn.execute("VACUUM (ANALYZE) entries")
+        self._build_index(statement, maintenance_work_mem, then="VACUUM (ANALYZE) entries")
 
     def drop_covering_index(self) -> None:
         """Undo :meth:`create_covering_index`."""
-        with self._connection() as conn:
-            conn.execute(
-                sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
-                    sql.Identifier(self._schema, _COVERING_INDEX)
-                )
-            )
+        self._drop_index(_COVERING_INDEX)
 
     def index_large_partitions(self, min_entries: int = 20_000, **options: Any) -> list[str]:
         """:meth:`create_ann_index` for every partition holding ``min_entries`` or more;
