@@ -16,7 +16,6 @@ the two throughputs, measured in one run, is what micro-batching buys.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import random
 import statistics
@@ -167,7 +166,7 @@ def main() -> None:
 
     print(header_line(machine_info()))
     print(
-        f"machine: {os.cpu_count()} cpus, {platform.python_implementation()} "
+        f"{platform.python_implementation()} "
         f"{platform.python_version()}; MiniLM intra-op threads: {minilm.intra_op_threads}"
     )
     print(

@@ -360,16 +360,14 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    # Date, CPU and the load average at start: how much other work disturbed the timings.
     print(header_line(machine_info()))
     print(
-        f"bench_index: {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
-        f"{platform.machine()}, {os.cpu_count()} cpus, numpy {np.__version__}; "
+        f"bench_index: numpy {np.__version__}; "
         f"{args.vectors} vectors, sizes {args.sizes}, crossover {args.crossover}, "
         f"dim {args.dim}, M {args.M}, "
         f"ef_construction {args.ef_construction}, ef_search {args.ef_search}, seed {args.seed}"
     )
-    # The load average says how much the timings were disturbed by other work on the machine.
-    print(f"load average at start: {os.getloadavg()[0]:.1f}")
     rng = np.random.default_rng(args.seed)
     if args.crossover:
         run_crossover(args, args.crossover, rng)

@@ -48,7 +48,6 @@ import argparse
 import contextlib
 import gzip
 import json
-import os
 import platform
 import random
 import sys
@@ -417,10 +416,8 @@ def main() -> int:
     embedder = Precomputed(model_id, table)
     print(header_line(machine_info()))
     print(
-        f"bench_verification: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
-        f"{platform.machine()} {os.cpu_count()} cpus, Python {platform.python_version()}, "
-        f"load {os.getloadavg()[0]:.1f}; {model_id}; sample seed {args.seed}. "
-        "Development figures."
+        f"bench_verification: Python {platform.python_version()}; {model_id}; "
+        f"sample seed {args.seed}. Development figures."
     )
     with contextlib.ExitStack() as stack:
         verifier: VerifierFactory | None = None
