@@ -26,7 +26,7 @@ from typing import Any
 from llmcache import ConfigurationError, Embedder, EmbedMode, Mode
 
 from .config import SimConfig
-from .llm import DEFAULT_CONCURRENCY, open_town_llm
+from .llm import DEFAULT_CONCURRENCY, DEFAULT_RATING_BATCH, open_town_llm
 from .persona import load_agents
 from .sim import RunSummary, Simulation
 from .templates import TEMPLATES
@@ -84,6 +84,11 @@ def _print_summary(summary: RunSummary, out: Path) -> None:
             f"  {first / n if n else 0:9.1%}  {summary.resubmitted.get(category, 0):11d}"
             f"  {summary.escalated.get(category, 0):9d}  {summary.failed.get(category, 0):9d}"
         )
+    for category, n in summary.batched.items():
+        print(
+            f"{category}: {n} answered {n / max(summary.batches.get(category, 0), 1):.1f} "
+            f"to a prompt ({summary.batches.get(category, 0)} prompts)"
+        )
     observed = ", ".join(f"{k.split()[0]} {v}" for k, v in summary.observed_actors.items())
     print(f"observed actors: {observed}")
     print(f"dataset: {out}")
@@ -129,6 +134,8 @@ def _run(args: argparse.Namespace) -> int:
             params=params,
             query_schemas=not args.template_schemas,
             concurrency=args.concurrency or (1 if args.llm == "scripted" else DEFAULT_CONCURRENCY),
+            rating_batch=args.rating_batch
+            or (1 if args.llm == "scripted" else DEFAULT_RATING_BATCH),
         )
         stack.callback(llm.close)
         sim = Simulation(
@@ -186,6 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         help="prompts asked together in flight where the town allows it (importance ratings of "
         f"one perception); default {DEFAULT_CONCURRENCY}, 1 for the scripted double (its "
         "seeded faults need order)",
+    )
+    run.add_argument(
+        "--rating-batch",
+        type=int,
+        help="the most importance ratings of one moment asked in one prompt (each is still "
+        f"cached and recorded on its own); default {DEFAULT_RATING_BATCH}, 1 (each in its own "
+        "prompt) for the scripted double",
     )
     run.add_argument(
         "--template-schemas",

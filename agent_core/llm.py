@@ -43,10 +43,12 @@ from llmcache import (
 )
 
 from .call import TownCall, town_call
+from .ratings import BATCHED_CATEGORY, RatingBatcher
 from .templates import TEMPLATES, Requirements, SlotValue, Template, choose_extract, choose_render
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
+    "DEFAULT_RATING_BATCH",
     "LLMStats",
     "TownLLM",
     "cache_config",
@@ -62,6 +64,11 @@ logger = logging.getLogger("agent_core")
 #: server with fewer slots queues the rest). The town's importance ratings come in groups of up
 #: to ``SimConfig.attention_bandwidth`` per perception and a few more per reflection.
 DEFAULT_CONCURRENCY = 4
+
+#: The most importance ratings of one moment asked in one prompt against a real model (see
+#: :mod:`agent_core.ratings`): a perception brings up to ``SimConfig.attention_bandwidth`` (3),
+#: a reflection a few insights, an agent's seed memory its sentences.
+DEFAULT_RATING_BATCH = 8
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -85,6 +92,10 @@ class LLMStats(BaseModel):
     resubmitted: Counter[str] = Field(default_factory=Counter)  # calls that needed more
     escalated: Counter[str] = Field(default_factory=Counter)
     failed: Counter[str] = Field(default_factory=Counter)  # no valid answer: fallback used
+    # Calls the model answered inside a prompt that asked several (agent_core.ratings), and
+    # those prompts: a run's model requests are its attempts less ``batched`` plus ``batches``.
+    batched: Counter[str] = Field(default_factory=Counter)
+    batches: Counter[str] = Field(default_factory=Counter)
 
     def total(self) -> int:
         return sum(self.calls.values())
@@ -192,6 +203,10 @@ class TownLLM:
     together than one by one. Answers come back in the order asked, so the simulation's state
     does not depend on it; only which request reaches the model first does, which matters for
     a deterministic double (its seeded faults), so keep 1 there.
+
+    ``batcher``: the :class:`~agent_core.ratings.RatingBatcher` between ``llm`` and its client,
+    if any; :meth:`send_many` then runs a group of importance ratings side by side, and the
+    ones the cache does not answer reach the model as one prompt (see :mod:`agent_core.ratings`).
     """
 
     def __init__(
@@ -205,6 +220,7 @@ class TownLLM:
         owned: tempfile.TemporaryDirectory[str] | None = None,
         query_schemas: bool = True,
         concurrency: int = 1,
+        batcher: RatingBatcher | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -221,6 +237,8 @@ class TownLLM:
         self._owned = owned
         self._stats_lock = threading.Lock()  # Counter updates are not atomic across threads
         self._pool: ThreadPoolExecutor | None = None
+        self.batcher = batcher
+        self._group_pool: ThreadPoolExecutor | None = None
 
     def ask(
         self,
@@ -249,12 +267,51 @@ class TownLLM:
         return answer
 
     def send_many(self, calls: Sequence[TownCall]) -> list[Any]:
-        """The answers to independent calls, in their order; up to ``concurrency`` in flight."""
+        """The answers to independent calls, in their order; up to ``concurrency`` in flight,
+        or, for importance ratings with a :attr:`batcher`, a group of them at once."""
+        if (
+            self.batcher is not None
+            and len(calls) >= 2
+            and all(c.category == BATCHED_CATEGORY for c in calls)
+        ):
+            return self._send_grouped(calls, self.batcher)
         if self.concurrency == 1 or len(calls) < 2:
             return [self.send(c) for c in calls]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="town-llm")
         return list(self._pool.map(self.send, calls))
+
+    def _send_grouped(self, calls: Sequence[TownCall], batcher: RatingBatcher) -> list[Any]:
+        # Groups in order, each of at most ``max_size`` calls and without two equal prompts: the
+        # cache makes a thread asking a prompt another thread is already asking wait for that
+        # answer, and inside one group that thread would be waited for in turn.
+        chunks: list[list[TownCall]] = []
+        for call in calls:
+            if (
+                not chunks
+                or len(chunks[-1]) == batcher.max_size
+                or any(c.messages() == call.messages() for c in chunks[-1])
+            ):
+                chunks.append([])
+            chunks[-1].append(call)
+        if self._group_pool is None:
+            self._group_pool = ThreadPoolExecutor(batcher.max_size, thread_name_prefix="town-rate")
+        pool = self._group_pool
+        answers: list[Any] = []
+        for chunk in chunks:
+            if len(chunk) == 1:
+                answers.append(self.send(chunk[0]))
+                continue
+            with batcher.group(chunk) as g:
+
+                def one(index: int, g: Any = g, chunk: list[TownCall] = chunk) -> Any:
+                    with batcher.member(g, index):
+                        return self.send(chunk[index])
+
+                answers.extend(pool.map(one, range(len(chunk))))
+            self._count("batched", BATCHED_CATEGORY, g.batched)
+            self._count("batches", BATCHED_CATEGORY, g.batches)
+        return answers
 
     def _count(self, counter: str, category: str, n: int = 1) -> None:
         with self._stats_lock:
@@ -324,9 +381,10 @@ class TownLLM:
         return None
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        for pool in (self._pool, self._group_pool):
+            if pool is not None:
+                pool.shutdown()
+        self._pool = self._group_pool = None
         self.llm.close()
         if self._owned is not None:
             self._owned.cleanup()
@@ -350,6 +408,7 @@ def open_town_llm(
     retry_backoff: float = 0.5,
     query_schemas: bool = True,
     concurrency: int = 1,
+    rating_batch: int = 1,
 ) -> TownLLM:
     """A :class:`TownLLM` over any OpenAI-compatible ``client``.
 
@@ -360,7 +419,8 @@ def open_town_llm(
     counts as failed; the first wait is ``retry_backoff`` seconds, doubling each time.
     ``query_schemas``: send each query's own JSON schema (see :func:`town_options`).
     ``concurrency``: calls in flight at once where the town asks several together (see
-    :class:`TownLLM`).
+    :class:`TownLLM`). ``rating_batch``: the most importance ratings of one moment the model is
+    asked in one prompt (1: each in its own; see :mod:`agent_core.ratings`).
     """
     owned: tempfile.TemporaryDirectory[str] | None = None
     if cache_dir is None:
@@ -383,8 +443,11 @@ def open_town_llm(
         ),
     )
     recorder = Recorder(record_to) if record_to is not None else None
+    if rating_batch < 1:
+        raise ValueError(f"rating_batch must be at least 1, not {rating_batch}")
+    batcher = RatingBatcher(client, max_size=rating_batch) if rating_batch > 1 else None
     return TownLLM(
-        CachedLLM(client, cache=cache, recorder=recorder),
+        CachedLLM(batcher or client, cache=cache, recorder=recorder),
         model=model,
         params=params,
         transient_retries=transient_retries,
@@ -392,4 +455,5 @@ def open_town_llm(
         owned=owned,
         query_schemas=query_schemas,
         concurrency=concurrency,
+        batcher=batcher,
     )

@@ -31,6 +31,7 @@ __all__ = [
     "ActorReactionResponse",
     "AgentReactionResponse",
     "DecompositionResponse",
+    "ImportanceBatchResponse",
     "ImportanceResponse",
     "InitialPlanResponse",
     "Insight",
@@ -53,6 +54,12 @@ _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 
 class ImportanceResponse(BaseModel):
     score: int = Field(ge=1, le=10)
+
+
+class ImportanceBatchResponse(BaseModel):
+    """The ratings of several memories asked in one prompt, in the order listed."""
+
+    scores: list[Annotated[int, Field(ge=1, le=10)]] = Field(min_length=1)
 
 
 class InitialPlanResponse(BaseModel):

@@ -60,6 +60,9 @@ class RunSummary(BaseModel):
     resubmitted: dict[str, int] = Field(default_factory=dict)
     escalated: dict[str, int]
     failed: dict[str, int]
+    # Calls answered inside a prompt that asked several, and those prompts (agent_core.ratings).
+    batched: dict[str, int] = Field(default_factory=dict)
+    batches: dict[str, int] = Field(default_factory=dict)
     reflections: dict[str, int]
     conversations: dict[str, int]
     memories: dict[str, int]
@@ -185,6 +188,8 @@ class Simulation:
             resubmitted=dict(sorted(stats.resubmitted.items())),
             escalated=dict(sorted(stats.escalated.items())),
             failed=dict(sorted(stats.failed.items())),
+            batched=dict(sorted(stats.batched.items())),
+            batches=dict(sorted(stats.batches.items())),
             reflections={a.name: a.reflections for a in self.agents},
             conversations={a.name: a.conversations for a in self.agents},
             memories={a.name: len(a.memory) for a in self.agents},

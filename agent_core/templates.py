@@ -27,6 +27,7 @@ from .responses import (
     ActorReactionResponse,
     AgentReactionResponse,
     DecompositionResponse,
+    ImportanceBatchResponse,
     ImportanceResponse,
     InitialPlanResponse,
     InsightsResponse,
@@ -425,21 +426,37 @@ _PLAN_FORMAT = (
     '"location": "<one of the places>"}'
 )
 
+_POIGNANCY_SCALE = (
+    "On the scale of 1 to 10, where 1 is purely mundane (e.g., brushing teeth, making the "
+    "bed, an idle chair) and 10 is extremely poignant (e.g., a break up, a college "
+    "acceptance), rate the likely poignancy of "
+)
+
 IMPORTANCE = Template(
     category="importance score",
     group="importance",
-    body=(
-        "On the scale of 1 to 10, where 1 is purely mundane (e.g., brushing teeth, making the "
-        "bed, an idle chair) and 10 is extremely poignant (e.g., a break up, a college "
-        "acceptance), rate the likely poignancy of the following memory for {name}.\n"
-        "Memory: {memory}"
-    ),
+    body=_POIGNANCY_SCALE + "the following memory for {name}.\nMemory: {memory}",
     slots=(Slot("memory", keyword=True),),
     response=ImportanceResponse,
     answer_format='{"score": <an integer from 1 to 10>}',
     modifier="read",
     max_tokens=16,
     tolerance=(Within("score", 1),),
+)
+
+#: Several memories of one moment rated in one prompt (:mod:`agent_core.ratings`). Not one of
+#: the town's categories: each rating is still asked, cached and recorded as its own
+#: ``importance score`` call; this prompt only answers the ones the cache did not.
+IMPORTANCE_BATCH = Template(
+    category="importance scores",
+    group="importance",
+    body=_POIGNANCY_SCALE
+    + "each of the following memories for {name}: one score per memory, in the order listed.\n"
+    "Memories:\n{memories}",
+    slots=(Slot("memories", style="numbered"),),
+    response=ImportanceBatchResponse,
+    answer_format='{"scores": [<an integer from 1 to 10 for each memory>]}',
+    modifier="read",
 )
 
 INITIAL_PLAN = Template(

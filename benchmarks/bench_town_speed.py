@@ -67,6 +67,7 @@ def run_once(
         threshold=args.threshold,
         max_attempts=2,
         concurrency=args.concurrency,
+        rating_batch=args.rating_batch,
     )
     try:
         seeds = load_agents(names=args.agents)
@@ -120,6 +121,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threshold", type=float, help="online threshold (default: the town's)")
     parser.add_argument("--concurrency", type=int, default=4, help="the town's prompts in flight")
+    parser.add_argument(
+        "--rating-batch",
+        type=int,
+        default=1,
+        help="importance ratings of one moment in one prompt (1: one each)",
+    )
     parser.add_argument("--json", help="write the rows here too")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args()
@@ -136,7 +143,8 @@ def main() -> None:
     print(header_line(info))
     print(
         f"# {len(args.agents)} agents x {args.days:g} simulated days, seed {args.seed}, "
-        f"model {model}, {args.concurrency} prompts in flight at most"
+        f"model {model}, {args.concurrency} prompts in flight at most, "
+        f"up to {args.rating_batch} ratings a prompt"
     )
     print(
         f"{'config':<10}{'wall s':>9}{'prompts':>9}{'prompts/s':>11}{'model':>7}{'hits':>6}"

@@ -61,6 +61,7 @@ def _settings(profile: Profile, run: int, llm: dict[str, Any]) -> dict[str, Any]
         "agents": profile.agents,
         "max_attempts": profile.max_attempts,
         "escalate": profile.escalate,
+        "rating_batch": profile.rating_batch,
         "llm": llm.get("description"),
     }
 
@@ -99,6 +100,7 @@ def collect(
             max_attempts=profile.max_attempts,
             superior_model=superior_model if profile.escalate else None,
             concurrency=profile.concurrency,
+            rating_batch=profile.rating_batch,
         )
         try:
             seeds = load_agents(names=profile.agents) if profile.agents else None

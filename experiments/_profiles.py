@@ -1,11 +1,11 @@
-"""How big a reproduction is: the quick profile CI runs, the standard one whose report is in
-docs/results/standard/, and the study-sized full profile."""
+"""How big a reproduction is: the quick profile CI runs, the standard one (every category, all
+eight agents), and the study-sized full profile."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from agent_core.llm import DEFAULT_CONCURRENCY
+from agent_core.llm import DEFAULT_CONCURRENCY, DEFAULT_RATING_BATCH
 
 __all__ = ["FULL", "PROFILES", "QUICK", "STANDARD", "Profile", "get_profile"]
 
@@ -29,6 +29,12 @@ class Profile(BaseModel):
     )
     parallel_runs: int = Field(
         default=1, ge=1, description="runs simulated at the same time against one server"
+    )
+    rating_batch: int = Field(
+        default=1,
+        ge=1,
+        description="the most importance ratings of one moment the model answers in one prompt "
+        "(each still cached and recorded as its own call; 1: one prompt each, as in the study)",
     )
     # Experiment sizes (per group; "all" when fewer prompts exist).
     similarity_queries: int = 100
@@ -75,6 +81,7 @@ QUICK = Profile(
     # the reliability figures in the report say how near).
     judge_tier="default",
     concurrency=DEFAULT_CONCURRENCY,
+    rating_batch=DEFAULT_RATING_BATCH,
     expected_minutes="about 20 minutes on 2 cores (measured in the closing note of issue 10)",
 )
 
@@ -96,11 +103,14 @@ STANDARD = Profile(
     revise_budget=60,
     judge_tier="default",
     concurrency=DEFAULT_CONCURRENCY,
+    rating_batch=DEFAULT_RATING_BATCH,
     # One run after another: a finished run is kept if the study is interrupted (a run cut
     # short is simulated again), and on 2 cores the server is compute-bound, so runs side by
     # side would add little to what the importance ratings asked together already give.
     parallel_runs=1,
-    expected_minutes="docs/results/standard/ gives the measured wall time of its one run",
+    expected_minutes=(
+        "about 4 h 25 min on 2 cores (one run, 2026-11-23/24; 3 h 19 min of it the three runs)"
+    ),
 )
 
 FULL = Profile(

@@ -50,9 +50,14 @@ def _collect(profile: Profile, out: Path) -> list[tuple[dict[str, int], list[str
     return recorded
 
 
-def test_runs_side_by_side_record_the_same_runs(tmp_path: Path) -> None:
-    one_by_one = _collect(_profile(), tmp_path / "a")
-    side_by_side = _collect(_profile(parallel_runs=3, concurrency=3), tmp_path / "b")
+@pytest.mark.parametrize("rating_batch", [1, 8])
+def test_runs_side_by_side_record_the_same_runs(tmp_path: Path, rating_batch: int) -> None:
+    # With ratings asked together, which ratings share a prompt is decided by what the cache
+    # answered, never by which thread ran first, so the runs are the same too.
+    one_by_one = _collect(_profile(rating_batch=rating_batch), tmp_path / "a")
+    side_by_side = _collect(
+        _profile(parallel_runs=3, concurrency=3, rating_batch=rating_batch), tmp_path / "b"
+    )
     assert one_by_one == side_by_side
     assert len({json.dumps(lines) for _, lines in one_by_one}) == 3  # three different runs
 
