@@ -20,8 +20,13 @@ the machine's load hits them alike; the header prints the load average.
 JSON grammar (``json_object``) or unconstrained (``none``): what constrained decoding costs.
 Answers then differ in length, so compare the generation speed, not the wall times.
 
-Per configuration and round: wall seconds, completion tokens, and the server's own generation
-speed (its ``timings``); then each configuration's total wall time as a ratio of the first's.
+``--biases`` chooses what the client adds on the way (:class:`~llmcache.llm.JSONEndTransport`):
+``none`` (a plain client), ``end`` (the end-of-answer bias only) or ``compact`` (that and the
+layout-whitespace bias, as ``LocalServer.client()`` sends).
+
+Per configuration and round: wall seconds, completion tokens, the server's own generation
+speed (its ``timings``) and how many answers the recorded query accepts (its town call's
+validator); then each configuration's total wall time as a ratio of the first's.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import openai
 from bench_models import header_line, machine_info  # a sibling script (benchmarks/ is on the path)
 
-from llmcache.llm import LocalServer
+from agent_core import TownCall
+from llmcache.llm import WHITESPACE_BIAS, JSONEndTransport, LocalServer
 
 
 def load_calls(path: Path, categories: list[str], per_category: int) -> list[dict[str, Any]]:
@@ -74,12 +81,37 @@ def request_constraints(record: dict[str, Any], constraint: str) -> dict[str, An
     return out
 
 
+#: What the client adds to each request on its way to the server.
+BIASES = ("none", "end", "compact")
+
+
+def _valid(record: dict[str, Any], content: str) -> bool:
+    try:
+        TownCall.from_record(record).parse(content)
+    except ValueError:
+        return False
+    return True
+
+
 def replay(
-    server: LocalServer, calls: list[dict[str, Any]], seed: int, constraint: str = "recorded"
+    server: LocalServer,
+    calls: list[dict[str, Any]],
+    seed: int,
+    constraint: str = "recorded",
+    bias: str = "none",
 ) -> dict[str, float]:
     # The router now and then drops a kept-alive connection before a request reaches it; the
     # client's retries resend such a request (it was never processed).
-    client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=2)
+    http_client = None
+    if bias != "none":
+        transport = JSONEndTransport(
+            server.root_url, whitespace=None if bias == "end" else WHITESPACE_BIAS
+        )
+        http_client = httpx2.Client(transport=transport, timeout=600.0)
+    client = openai.OpenAI(
+        base_url=server.base_url, api_key="local", max_retries=2, http_client=http_client
+    )
+    valid = 0
     tokens = 0
     generated_ms = 0.0
     generated_n = 0
@@ -94,15 +126,16 @@ def replay(
             **{**params, **constraints},
         )
         tokens += completion.usage.completion_tokens if completion.usage else 0
+        valid += _valid(record, completion.choices[0].message.content or "")
         timings = (completion.model_extra or {}).get("timings") or {}
         generated_ms += float(timings.get("predicted_ms", 0.0))
         generated_n += int(timings.get("predicted_n", 0))
     wall = time.perf_counter() - started
     speed = generated_n / (generated_ms / 1000) if generated_ms else float("nan")
-    return {"wall": wall, "tokens": tokens, "generation_tps": speed}
+    return {"wall": wall, "tokens": tokens, "generation_tps": speed, "valid": valid}
 
 
-Config = tuple[int, str]  # generation threads, constraint
+Config = tuple[int, str, str]  # generation threads, constraint, bias
 
 
 def main() -> None:
@@ -119,6 +152,11 @@ def main() -> None:
         default="recorded",
         help=f"comma-separated, of {', '.join(CONSTRAINTS)}: how each call is constrained",
     )
+    parser.add_argument(
+        "--biases",
+        default="none",
+        help=f"comma-separated, of {', '.join(BIASES)}: what the client adds to each request",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -130,25 +168,32 @@ def main() -> None:
     constraints = args.constraints.split(",")
     for constraint in constraints:
         request_constraints({}, constraint)  # an unknown name fails before any server starts
-    configs: list[Config] = [(t, c) for t in threads for c in constraints]
+    biases = args.biases.split(",")
+    unknown = [b for b in biases if b not in BIASES]
+    if unknown:
+        sys.exit(f"--biases: unknown {unknown}; choose from {', '.join(BIASES)}")
+    configs: list[Config] = [(t, c, b) for t in threads for c in constraints for b in biases]
     print(header_line(machine_info()))
     print(f"# {len(calls)} recorded calls from {args.dataset.name}, sent one at a time")
     totals: dict[Config, float] = defaultdict(float)
     for round_index in range(args.rounds):
-        for count, constraint in configs:
+        for config in configs:
+            count, constraint, bias = config
             with LocalServer(threads=count, threads_batch=args.threads_batch) as server:
-                result = replay(server, calls, args.seed, constraint)
-            totals[(count, constraint)] += result["wall"]
+                result = replay(server, calls, args.seed, constraint, bias)
+            totals[config] += result["wall"]
             print(
-                f"round {round_index + 1}  threads {count}, {constraint}: {result['wall']:7.1f} s"
-                f"  {result['tokens']:6d} completion tokens  "
-                f"{result['generation_tps']:6.1f} tokens/s generating"
+                f"round {round_index + 1}  threads {count}, {constraint}, bias {bias}: "
+                f"{result['wall']:7.1f} s  {result['tokens']:6d} completion tokens  "
+                f"{result['generation_tps']:6.1f} tokens/s generating  "
+                f"{int(result['valid'])}/{len(calls)} valid"
             )
     base = totals[configs[0]]
     for config in configs:
         print(
-            f"threads {config[0]}, {config[1]}: {totals[config]:7.1f} s in all, "
-            f"{base / totals[config]:.2f}x the speed of threads {configs[0][0]}, {configs[0][1]}"
+            f"threads {config[0]}, {config[1]}, bias {config[2]}: {totals[config]:7.1f} s in "
+            f"all, {base / totals[config]:.2f}x the speed of threads {configs[0][0]}, "
+            f"{configs[0][1]}, bias {configs[0][2]}"
         )
     print(header_line(machine_info()))
 
