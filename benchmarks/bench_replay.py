@@ -20,9 +20,9 @@ the machine's load hits them alike; the header prints the load average.
 JSON grammar (``json_object``) or unconstrained (``none``): what constrained decoding costs.
 Answers then differ in length, so compare the generation speed, not the wall times.
 
-``--biases`` chooses what the client adds on the way (:class:`~llmcache.llm.JSONEndTransport`):
-``none`` (a plain client), ``end`` (the end-of-answer bias only) or ``compact`` (that and the
-layout-whitespace bias, as ``LocalServer.client()`` sends).
+``--biases`` chooses what the client adds on the way: ``none`` (a plain client) or ``end``
+(:class:`~llmcache.llm.JSONEndTransport`'s end-of-answer bias, as ``LocalServer.client()``
+sends).
 
 Per configuration and round: wall seconds, completion tokens, the server's own generation
 speed (its ``timings``) and how many answers the recorded query accepts (its town call's
@@ -44,7 +44,7 @@ import openai
 from bench_models import header_line, machine_info  # a sibling script (benchmarks/ is on the path)
 
 from agent_core import TownCall
-from llmcache.llm import WHITESPACE_BIAS, JSONEndTransport, LocalServer
+from llmcache.llm import JSONEndTransport, LocalServer
 
 
 def load_calls(path: Path, categories: list[str], per_category: int) -> list[dict[str, Any]]:
@@ -82,7 +82,7 @@ def request_constraints(record: dict[str, Any], constraint: str) -> dict[str, An
 
 
 #: What the client adds to each request on its way to the server.
-BIASES = ("none", "end", "compact")
+BIASES = ("none", "end")
 
 
 def _valid(record: dict[str, Any], content: str) -> bool:
@@ -104,9 +104,7 @@ def replay(
     # client's retries resend such a request (it was never processed).
     http_client = None
     if bias != "none":
-        transport = JSONEndTransport(
-            server.root_url, whitespace=None if bias == "end" else WHITESPACE_BIAS
-        )
+        transport = JSONEndTransport(server.root_url)
         http_client = httpx2.Client(transport=transport, timeout=600.0)
     client = openai.OpenAI(
         base_url=server.base_url, api_key="local", max_retries=2, http_client=http_client

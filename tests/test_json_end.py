@@ -1,9 +1,8 @@
-"""The local runtime's transport that ends schema-constrained answers where their JSON ends and
-keeps them on one line.
+"""The local runtime's transport that ends schema-constrained answers where their JSON ends.
 
-Against a mock server: which requests get the end-token bias and the layout-whitespace bias,
-and that everything else -- unconstrained requests, a caller's own bias, a server that cannot
-say its tokens -- goes out byte for byte as the client built it.
+Against a mock server: which requests get the end-token bias, and that everything else --
+unconstrained requests, scalar schemas, a caller's own bias, a server that cannot say its end
+token -- goes out byte for byte as the client built it.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ import httpx2
 import pytest
 
 from llmcache.llm._json_end import (
-    _WHITESPACE,
     END_BIAS,
-    WHITESPACE_BIAS,
     AsyncJSONEndTransport,
     JSONEndTransport,
     ends_at_bracket,
@@ -26,11 +23,6 @@ from llmcache.llm._json_end import (
 
 OBJECT = {"type": "object", "properties": {"score": {"type": "integer"}}}
 EOS_ID = 2
-# The whitespace the fake tokenizer holds as single tokens (SmolLM2's ids); anything else it
-# splits in two. A single space is one token too, and must never be biased.
-SINGLE = {"\n": 198, "\n\n": 1116, "\n    ": 2367, "  ": 256, " ": 216}
-LAYOUT = {str(i): WHITESPACE_BIAS for t, i in SINGLE.items() if t != " "}
-BOTH = {**LAYOUT, str(EOS_ID): END_BIAS}
 
 
 class FakeServer:
@@ -54,29 +46,17 @@ def _lookup(server: FakeServer, calls: list[str]) -> Any:
         calls.append(path)
         if path.startswith("/props"):
             return {} if server.eos_token is None else {"eos_token": server.eos_token}
-        assert body["model"] == "m"
-        if body["parse_special"]:
-            assert body["content"] == server.eos_token
-            return {"tokens": [{"id": EOS_ID, "piece": server.eos_token}]}
-        content = body["content"]
-        if content in SINGLE:
-            return {"tokens": [{"id": SINGLE[content], "piece": content}]}
-        return {"tokens": [5, 6]}
+        assert body == {"model": "m", "content": server.eos_token, "parse_special": True}
+        return {"tokens": [{"id": EOS_ID, "piece": server.eos_token}]}
 
     return call
-
-
-def test_layout_whitespace_is_asked_for_and_a_single_space_is_not() -> None:
-    assert " " not in _WHITESPACE
-    assert {"\n", "\n\n", "\n    ", "  ", "\t"} <= set(_WHITESPACE)
-    assert all(t.strip() == "" for t in _WHITESPACE)
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeServer, list[str], httpx2.Client]:
     server = FakeServer()
     calls: list[str] = []
-    monkeypatch.setattr("llmcache.llm._json_end._ModelTokens._call", _lookup(server, calls))
+    monkeypatch.setattr("llmcache.llm._json_end._EndTokens._call", _lookup(server, calls))
     transport = JSONEndTransport("http://local", inner=httpx2.MockTransport(server))
     return server, calls, httpx2.Client(transport=transport, base_url="http://local/v1")
 
@@ -94,53 +74,18 @@ def test_object_schemas_get_the_end_bias_once_per_model(
             "/chat/completions",
             json={"model": "m", "messages": [], "response_format": _schema_format(OBJECT)},
         )
-    assert [b["logit_bias"] for b in server.bodies] == [BOTH] * 3
-    # /props, the end token and each whitespace candidate, the first time only.
-    assert len(calls) == 2 + len(_WHITESPACE)
-
-
-def test_scalar_schemas_are_kept_compact_but_not_ended(
-    fake: tuple[FakeServer, list[str], httpx2.Client],
-) -> None:
-    server, _, client = fake
-    body = {"model": "m", "response_format": _schema_format({"type": "integer"})}  # "1" of "10"
-    client.post("/chat/completions", json=body)
-    assert server.bodies[0]["logit_bias"] == LAYOUT
-
-
-def test_a_callers_own_bias_for_a_token_wins(
-    fake: tuple[FakeServer, list[str], httpx2.Client],
-) -> None:
-    server, _, client = fake
-    bias = {str(EOS_ID): -5, "198": 1}
-    client.post(
-        "/chat/completions",
-        json={"model": "m", "response_format": _schema_format(OBJECT), "logit_bias": bias},
-    )
-    assert server.bodies[0]["logit_bias"] == {**BOTH, **bias}
-
-
-def test_the_layout_bias_can_be_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    server = FakeServer()
-    monkeypatch.setattr("llmcache.llm._json_end._ModelTokens._call", _lookup(server, []))
-    transport = JSONEndTransport(
-        "http://local", inner=httpx2.MockTransport(server), whitespace=None
-    )
-    client = httpx2.Client(transport=transport, base_url="http://local/v1")
-    client.post(
-        "/chat/completions",
-        json={"model": "m", "messages": [], "response_format": _schema_format(OBJECT)},
-    )
-    assert server.bodies[0]["logit_bias"] == {str(EOS_ID): END_BIAS}
+    assert [b["logit_bias"] for b in server.bodies] == [{str(EOS_ID): END_BIAS}] * 3
+    assert len(calls) == 2  # /props and /tokenize, the first time only
 
 
 @pytest.mark.parametrize(
     "body",
     [
         {"model": "m", "messages": []},  # unconstrained: a bias would end it at once
+        {"model": "m", "response_format": _schema_format({"type": "integer"})},  # "1" of "10"
         {"model": "m", "response_format": {"type": "text"}},
+        {"model": "m", "response_format": _schema_format(OBJECT), "logit_bias": {"2": -5}},
         {"model": "m", "response_format": _schema_format(OBJECT), "logit_bias": [[2, 1.0]]},
-        {"model": "m", "response_format": _schema_format(OBJECT), "logit_bias": BOTH},
     ],
 )
 def test_other_requests_go_out_unchanged(
@@ -160,21 +105,21 @@ def test_a_callers_other_biases_are_kept(
         "/chat/completions",
         json={"model": "m", "response_format": _schema_format(OBJECT), "logit_bias": {"7": 3}},
     )
-    assert server.bodies[0]["logit_bias"] == {"7": 3, **BOTH}
+    assert server.bodies[0]["logit_bias"] == {"7": 3, str(EOS_ID): END_BIAS}
 
 
-def test_a_server_without_an_end_token_still_gets_compact_answers(
+def test_a_server_without_an_end_token_gets_requests_unchanged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server = FakeServer(eos_token=None)
-    monkeypatch.setattr("llmcache.llm._json_end._ModelTokens._call", _lookup(server, []))
+    monkeypatch.setattr("llmcache.llm._json_end._EndTokens._call", _lookup(server, []))
     client = httpx2.Client(
         transport=JSONEndTransport("http://local", inner=httpx2.MockTransport(server)),
         base_url="http://local/v1",
     )
     body = {"model": "m", "response_format": _schema_format(OBJECT)}
     client.post("/chat/completions", json=body)
-    assert server.bodies == [{**body, "logit_bias": LAYOUT}]
+    assert server.bodies == [body]
 
 
 def test_an_unreachable_lookup_only_loses_the_optimisation(
@@ -184,7 +129,7 @@ def test_an_unreachable_lookup_only_loses_the_optimisation(
         raise OSError("connection refused")
 
     server = FakeServer()
-    monkeypatch.setattr("llmcache.llm._json_end._ModelTokens._call", refuse)
+    monkeypatch.setattr("llmcache.llm._json_end._EndTokens._call", refuse)
     client = httpx2.Client(
         transport=JSONEndTransport("http://local", inner=httpx2.MockTransport(server)),
         base_url="http://local/v1",
@@ -196,7 +141,7 @@ def test_an_unreachable_lookup_only_loses_the_optimisation(
 
 def test_the_async_twin_adds_the_same_bias(monkeypatch: pytest.MonkeyPatch) -> None:
     server = FakeServer()
-    monkeypatch.setattr("llmcache.llm._json_end._ModelTokens._call", _lookup(server, []))
+    monkeypatch.setattr("llmcache.llm._json_end._EndTokens._call", _lookup(server, []))
     transport = AsyncJSONEndTransport("http://local", inner=httpx2.MockTransport(server))
 
     async def main() -> None:
@@ -207,7 +152,7 @@ def test_the_async_twin_adds_the_same_bias(monkeypatch: pytest.MonkeyPatch) -> N
             )
 
     asyncio.run(main())
-    assert server.bodies[0]["logit_bias"] == BOTH
+    assert server.bodies[0]["logit_bias"] == {str(EOS_ID): END_BIAS}
 
 
 @pytest.mark.parametrize(

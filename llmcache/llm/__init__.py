@@ -39,7 +39,7 @@ from ._config import (
 )
 from ._defaults import DEFAULT_MODEL, DEFAULT_SUPERIOR_MODEL
 from ._errors import LocalServerError
-from ._json_end import END_BIAS, WHITESPACE_BIAS, AsyncJSONEndTransport, JSONEndTransport
+from ._json_end import END_BIAS, AsyncJSONEndTransport, JSONEndTransport
 from ._models import (
     MODELS,
     LocalModel,
@@ -65,7 +65,6 @@ __all__ = [
     "LocalServer",
     "LocalServerError",
     "LocalSettings",
-    "WHITESPACE_BIAS",
     "WeightsPackage",
     "default_threads",
     "find_llama_server",

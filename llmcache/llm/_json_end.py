@@ -18,18 +18,9 @@ first choice at every step sends every step down that slow path (measured: a bia
 more per generated token than it saved in tokens), while a moderate one still outranks the
 whitespace once the object is closed (``benchmarks/bench_local_llm.py --levers``).
 
-The same grammar lets the model lay its JSON out over lines and indent it, and small models do:
-an initial plan of 446 tokens had one newline-and-indent token per line, a list of insights put
-every evidence number on a line of its own. Those tokens cost as much to generate as words. So
-a constrained request also gets :data:`WHITESPACE_BIAS` on the model's tokens made only of
-newlines, tabs or runs of spaces: the answer comes out compact (``{"a": 1, "b": [2, 3]}``),
-which the grammar allows as well. A single space is left alone -- the tokenizer may need it
-before a digit (SmolLM2 writes "at 5" as ``at`` ``" "`` ``5``) -- and a caller's own bias for a
-token wins.
-
-:class:`JSONEndTransport` adds the biases to such requests on their way to the server, after
-the cache has keyed them, so they neither split cache tables nor reach a hosted provider. The
-tokens are looked up once per model from the server (``/props`` and ``/tokenize``).
+:class:`JSONEndTransport` adds the bias to such requests on their way to the server, after the
+cache has keyed them, so it neither splits cache tables nor reaches a hosted provider. The end
+token is looked up once per model from the server (``/props`` and ``/tokenize``).
 """
 
 from __future__ import annotations
@@ -40,7 +31,6 @@ import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -51,13 +41,7 @@ else:  # openai 3 talks through httpx2; earlier releases through httpx (the same
     except ImportError:  # pragma: no cover - depends on the installed openai
         import httpx as http
 
-__all__ = [
-    "END_BIAS",
-    "WHITESPACE_BIAS",
-    "AsyncJSONEndTransport",
-    "JSONEndTransport",
-    "ends_at_bracket",
-]
+__all__ = ["END_BIAS", "AsyncJSONEndTransport", "JSONEndTransport", "ends_at_bracket"]
 
 _log = logging.getLogger(__name__)
 
@@ -65,30 +49,7 @@ END_BIAS: Final = 10.0
 """Added to the end token's logit: enough to end the answer once its JSON is closed, small enough
 not to make the end token every step's first choice (which the grammar then has to refuse)."""
 
-WHITESPACE_BIAS: Final = -100.0
-"""Added to the logits of tokens made only of layout whitespace in a constrained answer: never
-chosen, so the JSON comes out on one line. The grammar never requires such a token between
-JSON values, so no answer needs one."""
-
 _PATHS: Final = ("/chat/completions", "/completions")
-
-# Layout whitespace a tokenizer may hold as one token: newlines with indents, tabs, runs of two
-# or more spaces. Each candidate that tokenizes to a single token is biased.
-_WHITESPACE: Final = tuple(
-    sorted(
-        {
-            *(
-                lead + pad * n
-                for lead in ("\n", "\n\n", "\r\n")
-                for pad in (" ", "\t")
-                for n in range(25)
-            ),
-            *(" " * n for n in range(2, 33)),
-            *("\t" * n for n in range(1, 9)),
-            *(" " * n + "\n" for n in range(1, 5)),
-        }
-    )
-)
 
 
 def ends_at_bracket(schema: Any) -> bool:
@@ -125,57 +86,38 @@ def _constrained_schema(body: Mapping[str, Any]) -> Any:
     return body.get("json_schema")
 
 
-@dataclass(frozen=True)
-class _Tokens:
-    end: int | None = None
-    whitespace: tuple[int, ...] = ()
-
-
-class _ModelTokens:
-    """Each served model's end-of-generation token and layout-whitespace tokens, asked once."""
+class _EndTokens:
+    """The end-of-generation token of each model the server serves, asked for once."""
 
     def __init__(self, root_url: str, timeout: float = 600.0) -> None:
         self._root = root_url.rstrip("/")
         self._timeout = timeout
-        self._ids: dict[str, _Tokens] = {}
+        self._ids: dict[str, int | None] = {}
         self._lock = threading.Lock()
 
-    def get(self, model: str) -> _Tokens:
+    def get(self, model: str) -> int | None:
         with self._lock:
             if model not in self._ids:
-                self._ids[model] = _Tokens(self._end(model), self._whitespace(model))
+                self._ids[model] = self._ask(model)
             return self._ids[model]
 
-    def _single(self, model: str, text: str, special: bool = False) -> int | None:
-        """The id of ``text`` when the model holds it as exactly one token."""
-        pieces = self._call(
-            "/tokenize", {"model": model, "content": text, "parse_special": special}
-        ).get("tokens")
-        if isinstance(pieces, list) and len(pieces) == 1:
-            first = pieces[0]
-            token_id = first.get("id") if isinstance(first, Mapping) else first
-            return token_id if isinstance(token_id, int) else None
-        return None
-
-    def _end(self, model: str) -> int | None:
+    def _ask(self, model: str) -> int | None:
         # Failure here only loses the optimisation; the request itself goes out unchanged.
         try:
             props = self._call(f"/props?model={urllib.parse.quote(model)}", None)
             token = props.get("eos_token")
             if not isinstance(token, str) or not token:
                 return None
-            return self._single(model, token, special=True)
+            pieces = self._call(
+                "/tokenize", {"model": model, "content": token, "parse_special": True}
+            ).get("tokens")
+            if isinstance(pieces, list) and len(pieces) == 1:
+                first = pieces[0]
+                token_id = first.get("id") if isinstance(first, Mapping) else first
+                return token_id if isinstance(token_id, int) else None
         except (OSError, ValueError) as exc:
             _log.warning("no end token for %s (%s): answers end where the model ends", model, exc)
         return None
-
-    def _whitespace(self, model: str) -> tuple[int, ...]:
-        try:
-            found = {self._single(model, text) for text in _WHITESPACE}
-        except (OSError, ValueError) as exc:
-            _log.warning("no whitespace tokens for %s (%s): JSON keeps its layout", model, exc)
-            return ()
-        return tuple(sorted(t for t in found if t is not None))
 
     def _call(self, path: str, body: Mapping[str, Any] | None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -187,36 +129,25 @@ class _ModelTokens:
         return answer if isinstance(answer, dict) else {}
 
 
-def _with_biases(
-    request: http.Request, tokens: _ModelTokens, end: float, whitespace: float | None
-) -> http.Request:
+def _with_end_bias(request: http.Request, tokens: _EndTokens, value: float) -> http.Request:
     if request.method != "POST" or not request.url.path.endswith(_PATHS):
         return request
     try:
         body = json.loads(request.content)
     except ValueError:
         return request
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) or not ends_at_bracket(_constrained_schema(body)):
         return request
-    schema = _constrained_schema(body)
     model = body.get("model")
-    if schema is None or not isinstance(model, str):
+    token = tokens.get(model) if isinstance(model, str) else None
+    if token is None:
         return request
     bias = body.get("logit_bias")
     if bias is None:
         bias = {}
-    if not isinstance(bias, dict):
-        return request  # a list form of the caller's own: leave it alone
-    known = tokens.get(model)
-    added: dict[str, float] = {}
-    if whitespace is not None:
-        added.update((str(t), whitespace) for t in known.whitespace)
-    if known.end is not None and ends_at_bracket(schema):
-        added[str(known.end)] = end
-    added = {t: v for t, v in added.items() if t not in bias}  # the caller's own bias wins
-    if not added:
-        return request
-    body["logit_bias"] = {**bias, **added}
+    if not isinstance(bias, dict) or str(token) in bias:
+        return request  # the caller set its own bias (or a list form): leave it alone
+    body["logit_bias"] = {**bias, str(token): value}
     headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
     return http.Request(
         request.method, request.url, headers=headers, content=json.dumps(body).encode()
@@ -224,25 +155,17 @@ def _with_biases(
 
 
 class JSONEndTransport(http.BaseTransport):
-    """An HTTP transport for a local llama.cpp server that ends JSON answers at their end and
-    keeps them compact (``whitespace=None``: leave their layout to the model)."""
+    """An HTTP transport for a local llama.cpp server that ends JSON answers at their end."""
 
     def __init__(
-        self,
-        root_url: str,
-        inner: http.BaseTransport | None = None,
-        bias: float = END_BIAS,
-        whitespace: float | None = WHITESPACE_BIAS,
+        self, root_url: str, inner: http.BaseTransport | None = None, bias: float = END_BIAS
     ) -> None:
-        self._tokens = _ModelTokens(root_url)
+        self._tokens = _EndTokens(root_url)
         self._inner = inner or http.HTTPTransport()
         self._bias = bias
-        self._whitespace = whitespace
 
     def handle_request(self, request: http.Request) -> http.Response:
-        return self._inner.handle_request(
-            _with_biases(request, self._tokens, self._bias, self._whitespace)
-        )
+        return self._inner.handle_request(_with_end_bias(request, self._tokens, self._bias))
 
     def close(self) -> None:
         self._inner.close()
@@ -252,20 +175,15 @@ class AsyncJSONEndTransport(http.AsyncBaseTransport):
     """The async twin of :class:`JSONEndTransport` (its token lookup blocks, once a model)."""
 
     def __init__(
-        self,
-        root_url: str,
-        inner: http.AsyncBaseTransport | None = None,
-        bias: float = END_BIAS,
-        whitespace: float | None = WHITESPACE_BIAS,
+        self, root_url: str, inner: http.AsyncBaseTransport | None = None, bias: float = END_BIAS
     ) -> None:
-        self._tokens = _ModelTokens(root_url)
+        self._tokens = _EndTokens(root_url)
         self._inner = inner or http.AsyncHTTPTransport()
         self._bias = bias
-        self._whitespace = whitespace
 
     async def handle_async_request(self, request: http.Request) -> http.Response:
         return await self._inner.handle_async_request(
-            _with_biases(request, self._tokens, self._bias, self._whitespace)
+            _with_end_bias(request, self._tokens, self._bias)
         )
 
     async def aclose(self) -> None:
