@@ -175,6 +175,8 @@ def _describe(run: int, dataset: Path, summary: RunSummary, llm: dict[str, Any])
                 resubmitted=summary.resubmitted.get(c, 0),
                 escalated=summary.escalated.get(c, 0),
                 fell_back=summary.failed.get(c, 0),
+                batched=summary.batched.get(c, 0),
+                batches=summary.batches.get(c, 0),
             )
             for c, n in sorted(summary.calls.items())
         },

@@ -146,7 +146,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 # -- the parts, in the report's order ------------------------------------------------------------
 
 
-def _header(ctx: ReportContext) -> list[str]:
+def _header(ctx: ReportContext, collect: CollectResult | None = None) -> list[str]:
     profile = ctx.profile
     lines = [
         f"# Chapter-3 caching study, reproduced ({profile.name} profile)",
@@ -166,6 +166,15 @@ def _header(ctx: ReportContext) -> list[str]:
         lines.append(
             "- Wall time per step (s): " + ", ".join(f"{k} {v:g}" for k, v in ctx.timings.items())
         )
+    if collect is not None and collect.runs and "collect" in ctx.timings:
+        simulated = sum(r.wall_seconds for r in collect.runs)
+        if simulated > ctx.timings["collect"] + 60:
+            # An interrupted study keeps its finished runs; the step's time is only the rest.
+            lines.append(
+                f"- The runs simulated in earlier invocations are reused: the collect step took "
+                f"{ctx.timings['collect']:g} s here, the runs' own wall times add up to "
+                f"{simulated:.0f} s (Data table)"
+            )
     return lines
 
 
@@ -254,7 +263,7 @@ def _collect_section(col: CollectResult, ctx: ReportContext) -> Section:
         [(c, *(str(r.per_category.get(c, 0)) for r in col.runs)) for c in categories],
     )
     answered = _answer_table(col)
-    lines = [*runs, "", "Kept prompts per category:", "", *per_category]
+    lines = [*runs, *_shared_prompts(col), "", "Kept prompts per category:", "", *per_category]
     if answered:
         lines += ["", *answered]
     return Section(title="Data (`collect`)", lines=lines, rows=rows)
@@ -932,7 +941,7 @@ def report_sections(results: StudyResults, ctx: ReportContext) -> list[Section]:
 
 def build_report(results: StudyResults, ctx: ReportContext) -> str:
     """The text of ``report.md``: the header, then every section."""
-    header = "\n".join(_header(ctx))
+    header = "\n".join(_header(ctx, results.collect))
     sections = [s.render() for s in report_sections(results, ctx)]
     return "\n\n".join([header, *sections]) + "\n"
 
@@ -1023,6 +1032,29 @@ def _model(col: CollectResult) -> str:
     """What answered the runs, as the collect step recorded it."""
     names = sorted({r.llm for r in col.runs if r.llm})
     return " / ".join(names) if names else "our model"
+
+
+def _shared_prompts(col: CollectResult) -> list[str]:
+    """A sentence on the calls answered inside shared prompts, when a run had any."""
+    parts = []
+    for c in sorted({c for r in col.runs for c in r.categories}):
+        counts = [r.categories[c] for r in col.runs if c in r.categories]
+        batched = sum(n.batched for n in counts)
+        if not batched:
+            continue
+        asked = sum(n.asked for n in counts)
+        batches = sum(n.batches for n in counts)
+        parts.append(
+            f"{batched} of {asked} {c} calls ({_pct(batched / asked)}) were answered "
+            f"{batched / batches:.1f} to a prompt, in {batches} prompts"
+        )
+    if not parts:
+        return []
+    return [
+        "",
+        "Asked together: " + "; ".join(parts) + ". Each is still recorded and cached as its "
+        "own call; the model read one prompt per moment (`agent_core.ratings`).",
+    ]
 
 
 def _answer_table(col: CollectResult) -> list[str]:

@@ -17,6 +17,7 @@ from experiments._report import (
     write_report,
 )
 from experiments._results import (
+    CategoryCounts,
     CollectResult,
     CostResult,
     GroupCost,
@@ -241,3 +242,34 @@ def test_a_step_run_again_records_its_time_and_command(tmp_path: Path) -> None:
     assert got["timings"] == {"collect": 1.0, "budget": 5.0, "quality": 7.0}
     assert got["reruns"] == ["python -m experiments budget", "python -m experiments quality"]
     assert got["command"] == "reproduce"
+
+
+def test_ratings_asked_together_are_counted_from_the_runs() -> None:
+    plain = report_sections(StudyResults(collect=collect()), context())[1]
+    assert not any("Asked together" in line for line in plain.lines)
+    col = collect()
+    for r, (batched, batches) in zip(col.runs, ((40, 12), (35, 11)), strict=True):
+        r.categories = {
+            "importance score": CategoryCounts(asked=60, batched=batched, batches=batches),
+            "finding location": CategoryCounts(asked=40),
+        }
+    data = report_sections(StudyResults(collect=col), context())[1]
+    sentence = [line for line in data.lines if line.startswith("Asked together")]
+    assert sentence == [
+        "Asked together: 75 of 120 importance score calls (62.5%) were answered 3.3 to a "
+        "prompt, in 23 prompts. Each is still recorded and cached as its own call; the model "
+        "read one prompt per moment (`agent_core.ratings`)."
+    ]
+
+
+def test_a_collect_step_that_reused_earlier_runs_says_so() -> None:
+    line = "- The runs simulated in earlier invocations are reused"
+    assert line not in build_report(StudyResults(collect=collect()), context())
+    col = collect()
+    for r in col.runs:
+        r.wall_seconds = 1000.0
+    text = build_report(StudyResults(collect=col), context(timings={"collect": 12.5}))
+    assert (
+        "- The runs simulated in earlier invocations are reused: the collect step took 12.5 s "
+        "here, the runs' own wall times add up to 2000 s (Data table)"
+    ) in text
