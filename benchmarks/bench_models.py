@@ -28,7 +28,6 @@ import argparse
 import datetime as dt
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,7 +41,7 @@ from pydantic import BaseModel
 
 from agent_core import GROUPS, TownCall
 from agent_core.llm import town_options, town_request
-from llmcache.llm import DEFAULT_MODEL, MODELS, LocalServer, find_model
+from llmcache.llm import DEFAULT_MODEL, MODELS, LocalServer, cpu_model, find_model, vector_isa
 
 Prompt = dict[str, Any]
 
@@ -254,33 +253,6 @@ def comparison_table(reports: Sequence[ModelReport]) -> str:
             for r in reports
         ],
     )
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what the platform reports."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def vector_isa() -> str:
-    """``AVX-512``, ``AVX2`` or ``no AVX2``, from ``/proc/cpuinfo``'s flags (Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "flags":
-                flags = set(value.split())
-                if "avx512f" in flags:
-                    return "AVX-512"
-                return "AVX2" if "avx2" in flags else "no AVX2"
-    except OSError:
-        pass
-    return "unknown"
 
 
 def machine_info() -> MachineInfo:

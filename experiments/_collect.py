@@ -9,10 +9,12 @@ summary) is simulated again from scratch.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import hashlib
 import json
 import logging
+import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +26,7 @@ from agent_core.llm import open_town_llm
 from agent_core.persona import load_agents
 from agent_core.sim import RunSummary
 from llmcache import Embedder, Mode, read_records
+from llmcache.llm import cpu_model, vector_isa
 
 from ._data import load_run
 from ._profiles import Profile
@@ -111,6 +114,9 @@ def collect(
         payload = {
             "settings": _settings(profile, run, llm_report),
             "summary": summary.model_dump(mode="json"),
+            # Not a setting (a run is reused on another machine), but its wall time is this
+            # machine's: the report names it per run.
+            "machine": machine_description(),
         }
         summary_path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
         return summary
@@ -124,7 +130,7 @@ def collect(
     else:
         summaries.update({run: simulate(run, 0) for run in todo})
     infos = [
-        _describe(run, run_paths(out, run)[0], summaries[run], llm_report)
+        _describe(run, *run_paths(out, run), summaries[run], llm_report)
         for run in range(1, profile.runs + 1)
     ]
     return CollectResult(profile=profile.name, runs=infos)
@@ -143,7 +149,23 @@ def _cached_summary(path: Path, settings: dict[str, Any]) -> RunSummary | None:
     return RunSummary.model_validate(payload["summary"])
 
 
-def _describe(run: int, dataset: Path, summary: RunSummary, llm: dict[str, Any]) -> RunInfo:
+def machine_description() -> str:
+    """When and on what a run was simulated: date, CPU, its vector instructions, cores."""
+    date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    return f"{date}, {cpu_model()} ({vector_isa()}), {os.cpu_count() or 1} cores"
+
+
+def _machine(summary_path: Path) -> str:
+    try:
+        machine = json.loads(summary_path.read_text(encoding="utf-8")).get("machine")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return machine if isinstance(machine, str) else ""
+
+
+def _describe(
+    run: int, dataset: Path, summary_path: Path, summary: RunSummary, llm: dict[str, Any]
+) -> RunInfo:
     calls = read_records(dataset)
     kept = load_run(dataset, run)
     failed = sum(summary.failed.values())
@@ -168,6 +190,7 @@ def _describe(run: int, dataset: Path, summary: RunSummary, llm: dict[str, Any])
         superior_rate=escalated / recorded if recorded else 0.0,
         failed=failed,
         llm=str(llm.get("description", "")),
+        machine=_machine(summary_path),
         categories={
             c: CategoryCounts(
                 asked=n,

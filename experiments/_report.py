@@ -263,7 +263,15 @@ def _collect_section(col: CollectResult, ctx: ReportContext) -> Section:
         [(c, *(str(r.per_category.get(c, 0)) for r in col.runs)) for c in categories],
     )
     answered = _answer_table(col)
-    lines = [*runs, *_shared_prompts(col), "", "Kept prompts per category:", "", *per_category]
+    lines = [
+        *runs,
+        *_machines(col),
+        *_shared_prompts(col),
+        "",
+        "Kept prompts per category:",
+        "",
+        *per_category,
+    ]
     if answered:
         lines += ["", *answered]
     return Section(title="Data (`collect`)", lines=lines, rows=rows)
@@ -1032,6 +1040,23 @@ def _model(col: CollectResult) -> str:
     """What answered the runs, as the collect step recorded it."""
     names = sorted({r.llm for r in col.runs if r.llm})
     return " / ".join(names) if names else "our model"
+
+
+def _machines(col: CollectResult) -> list[str]:
+    """Where each run was simulated (its wall time is that machine's), when recorded."""
+    by_machine: dict[str, list[int]] = {}
+    for r in col.runs:
+        if r.machine:
+            by_machine.setdefault(r.machine, []).append(r.run)
+    if not by_machine:
+        return []
+    if len(by_machine) == 1 and len(next(iter(by_machine.values()))) == len(col.runs):
+        return ["", f"Every run was simulated on {next(iter(by_machine))}."]
+    parts = [
+        f"run{'s' if len(runs) > 1 else ''} {', '.join(map(str, runs))} on {machine}"
+        for machine, runs in by_machine.items()
+    ]
+    return ["", "Simulated on different machines or days: " + "; ".join(parts) + "."]
 
 
 def _shared_prompts(col: CollectResult) -> list[str]:

@@ -76,6 +76,7 @@ class RunInfo(BaseModel):
     superior_rate: float
     failed: int  # calls that got no valid answer at all (the town fell back)
     llm: str  # what answered, e.g. "local: smollm2-135m, superior qwen2.5-coder-1.5b"
+    machine: str = ""  # date, CPU and cores it was simulated on ("" if not recorded)
     categories: dict[str, CategoryCounts] = Field(default_factory=dict)  # every call
 
 

@@ -40,6 +40,7 @@ from ._config import (
 from ._defaults import DEFAULT_MODEL, DEFAULT_SUPERIOR_MODEL
 from ._errors import LocalServerError
 from ._json_end import END_BIAS, AsyncJSONEndTransport, JSONEndTransport
+from ._machine import cpu_model, vector_isa
 from ._models import (
     MODELS,
     LocalModel,
@@ -66,6 +67,7 @@ __all__ = [
     "LocalServerError",
     "LocalSettings",
     "WeightsPackage",
+    "cpu_model",
     "default_threads",
     "find_llama_server",
     "find_model",
@@ -74,4 +76,5 @@ __all__ = [
     "model_dir",
     "open_llm",
     "resolve_llm_backend",
+    "vector_isa",
 ]

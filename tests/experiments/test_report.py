@@ -273,3 +273,21 @@ def test_a_collect_step_that_reused_earlier_runs_says_so() -> None:
         "- The runs simulated in earlier invocations are reused: the collect step took 12.5 s "
         "here, the runs' own wall times add up to 2000 s (Data table)"
     ) in text
+
+
+def test_the_machines_the_runs_were_simulated_on_are_named() -> None:
+    def lines(machines: list[str]) -> list[str]:
+        col = collect()
+        for r, m in zip(col.runs, machines, strict=True):
+            r.machine = m
+        data = report_sections(StudyResults(collect=col), context())[1]
+        return [line for line in data.lines if "simulated on" in line.lower()]
+
+    assert lines(["", ""]) == []
+    assert lines(["2026-11-24, X (AVX2), 2 cores"] * 2) == [
+        "Every run was simulated on 2026-11-24, X (AVX2), 2 cores."
+    ]
+    assert lines(["2026-11-24, X (AVX2), 2 cores", "2026-11-25, Y (AVX-512), 2 cores"]) == [
+        "Simulated on different machines or days: run 1 on 2026-11-24, X (AVX2), 2 cores; "
+        "run 2 on 2026-11-25, Y (AVX-512), 2 cores."
+    ]
