@@ -65,7 +65,7 @@ QUICK = Profile(
     name="quick",
     runs=3,
     # 06:00-14:00: daily plans and their decompositions, the first reflections, school or
-    # work -- every non-dialogue group but the rare future plan revision, in about 20 minutes.
+    # work -- every non-dialogue group but the rare future plan revision, in about 11 minutes.
     days=8 / 24,
     agents=["Alice Wilson", "Mary Oliver"],
     max_attempts=2,
@@ -82,7 +82,7 @@ QUICK = Profile(
     judge_tier="default",
     concurrency=DEFAULT_CONCURRENCY,
     rating_batch=DEFAULT_RATING_BATCH,
-    expected_minutes="about 20 minutes on 2 cores (measured in the closing note of issue 10)",
+    expected_minutes="about 11 minutes on 2 cores (measured 2026-11-24: experiments/README.md)",
 )
 
 STANDARD = Profile(

@@ -2,7 +2,7 @@
 # The main job: install everything (scripts/setup.sh), then the quick cost-reduction study --
 # the town simulated through CachedLLM on the local LLM (no network, no API key), the thesis's
 # chapter-3 experiments on those runs, the cost with and without caching, the saturation
-# curve, figures and report.md (about 15-20 minutes on 2 cores).
+# curve, figures and report.md (about 11 minutes on 2 cores, 2026-11-24).
 #   scripts/run.sh                       the quick profile, into results/quick
 #   PROFILE=full scripts/run.sh          the study-sized reproduction (days on 2 cores)
 set -euo pipefail

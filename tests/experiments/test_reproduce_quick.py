@@ -1,7 +1,7 @@
 """``python -m experiments reproduce --profile quick`` from scratch, on the real local models.
 
 This is the issue's done-when: every figure, ``report.md`` and both notebooks executed headless
-on the quick profile's output, with the offline default LLM and embedder (about 20 minutes
+on the quick profile's output, with the offline default LLM and embedder (about 11 minutes
 on 2 cores; marked slow, still run in CI). Skipped only when the local LLM is not installed.
 """
 
