@@ -109,7 +109,8 @@ STANDARD = Profile(
     # side would add little to what the importance ratings asked together already give.
     parallel_runs=1,
     expected_minutes=(
-        "about 4 h 25 min on 2 cores (one run, 2026-11-23/24; 3 h 19 min of it the three runs)"
+        "about 2 h 50 min on 2 cores (measured 2026-11-24, 1 h 59 min of it the three runs: "
+        "docs/results/standard/README.md)"
     ),
 )
 

@@ -4,6 +4,8 @@
 # chapter-3 experiments on those runs, the cost with and without caching, the saturation
 # curve, figures and report.md (about 11 minutes on 2 cores, 2026-11-24).
 #   scripts/run.sh                       the quick profile, into results/quick
+#   PROFILE=standard scripts/run.sh      8 agents, 3 runs x 1.5 days, all 14 categories (about
+#                                        2 h 50 min on 2 cores, 2026-11-24: docs/results/standard)
 #   PROFILE=full scripts/run.sh          the study-sized reproduction (days on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
