@@ -6,125 +6,45 @@
 ...     cache=CacheOptions(category="importance", agent="Liam Oliver",
 ...                        keywords=["Tree in Victoria Park is Idle"]))  # doctest: +SKIP
 
-The LLM runtime -- a local llama.cpp server, and the choice between it, OpenAI and any
-OpenAI-compatible URL -- is the subpackage :mod:`llmcache.llm`; the cache never imports it.
+The top level holds what a user of the drop-in client needs. The parts behind it live in
+public submodules, each with its own ``__all__``:
+
+- :mod:`llmcache.storage`: backends (a directory, Postgres + pgvector), bounds, transfer;
+- :mod:`llmcache.index`: the vector indexes a directory cache keeps per table;
+- :mod:`llmcache.embedders`: embedding models and the text a prompt is embedded by;
+- :mod:`llmcache.modifiers`: read, choose, revise, and the hit step they run in;
+- :mod:`llmcache.verification`: validators, answer equivalence, verifiers;
+- :mod:`llmcache.recording`: the JSONL dataset of every cached call;
+- :mod:`llmcache.types`: the data types that cross those boundaries;
+- :mod:`llmcache.errors`: the exception tree;
+- :mod:`llmcache.testing`: test doubles; :mod:`llmcache.llm`: the LLM runtime (a local
+  llama.cpp server, or any OpenAI-compatible endpoint), which the cache never imports.
 """
 
 from __future__ import annotations
 
-from ._backend import LocalBackend
-from ._budget import same_answer
-from ._cache import SemanticCache, default_embedder
+from ._cache import SemanticCache
 from ._client import AsyncCachedLLM, CachedLLM
-from ._config import CacheConfig, CategoryPolicy, Limits
-from ._embedders import BatchingEmbedder, MemoEmbedder, MiniLMEmbedder, OpenAIEmbedder
-from ._errors import (
-    ConfigurationError,
-    CorruptEntryError,
-    EmbedderError,
-    EmbedderMismatchError,
-    InvalidResponseError,
-    LLMCacheError,
-    StoreError,
-)
-from ._index import AutoIndex, ExactIndex, HnswIndex
-from ._keys import embedding_text, messages_text
-from ._ledger import CacheStats, Price, PriceTable, TableStats
-from ._llm_verifier import LLMVerifier
-from ._manifest import Manifest
-from ._modifiers import Choose, Read, Revise
-from ._pg import PgBackend
-from ._protocols import (
-    BoundedBackend,
-    CacheBackend,
-    Embedder,
-    Equivalence,
-    Modifier,
-    ModifyContext,
-    Validator,
-    VectorIndex,
-    Verifier,
-)
-from ._recorder import RecordedCall, Recorder, read_records
-from ._template import FilledPrompt, PromptTemplate
-from ._transfer import transfer
-from ._types import (
-    Adapted,
-    CacheEntry,
-    CacheOptions,
-    CallInfo,
-    Candidate,
-    EmbedMode,
-    Mode,
-    Partition,
-    Similarity,
-    Usage,
-    Verdict,
-)
+from ._config import CacheConfig, CategoryPolicy
+from ._errors import LLMCacheError
+from ._ledger import CacheStats
+from ._template import PromptTemplate
+from ._types import CacheOptions, CallInfo, EmbedMode, Mode
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Adapted",
     "AsyncCachedLLM",
-    "AutoIndex",
-    "BatchingEmbedder",
-    "BoundedBackend",
-    "CacheBackend",
     "CacheConfig",
-    "CacheEntry",
     "CacheOptions",
     "CacheStats",
     "CachedLLM",
     "CallInfo",
-    "Candidate",
     "CategoryPolicy",
-    "Choose",
-    "ConfigurationError",
-    "CorruptEntryError",
     "EmbedMode",
-    "Embedder",
-    "EmbedderError",
-    "EmbedderMismatchError",
-    "Equivalence",
-    "ExactIndex",
-    "FilledPrompt",
-    "HnswIndex",
-    "InvalidResponseError",
     "LLMCacheError",
-    "LLMVerifier",
-    "Limits",
-    "LocalBackend",
-    "Manifest",
-    "MemoEmbedder",
-    "MiniLMEmbedder",
     "Mode",
-    "Modifier",
-    "ModifyContext",
-    "OpenAIEmbedder",
-    "Partition",
-    "PgBackend",
-    "Price",
-    "PriceTable",
     "PromptTemplate",
-    "Read",
-    "RecordedCall",
-    "Recorder",
-    "Revise",
     "SemanticCache",
-    "Similarity",
-    "StoreError",
-    "TableStats",
-    "Usage",
-    "Validator",
-    "VectorIndex",
-    "Verdict",
-    "Verifier",
     "__version__",
-    "default_embedder",
-    "embedding_text",
-    "messages_text",
-    "read_records",
-    "same_answer",
-    "transfer",
 ]

@@ -22,7 +22,7 @@ kept on guesses holds only as far as the guesser is right. Instead, a table keep
 stream of labels, ``verified``: the labels of near misses the verifier said yes to. On the
 request path a yes is a would-be hit of that stream, served only at cosines its own labels
 prove within the budget and explored like any would-be hit until then, so the verifier's own
-errors count against δ (``_core.py``).
+errors count against δ (``_cached_call.py``).
 
 Labels are kept as counters of the table (``wh_ok_<bin>`` / ``wh_bad_<bin>``, bins of 0.005
 cosine from 0.5 up), written through the ledger like every other counter: so they persist with

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,20 +18,14 @@ from numpy.typing import NDArray
 
 from ._budget import BudgetBook, table_stats
 from ._config import CacheConfig, Limits
+from ._embedders import default_embedder
 from ._errors import ConfigurationError, CorruptEntryError, StoreError
+from ._hit import HitStep
 from ._ledger import CacheStats, Ledger, PriceTable, info_stats_key
 from ._protocols import BoundedBackend, CacheBackend, Embedder
-from ._types import (
-    Adapted,
-    CacheEntry,
-    CacheOptions,
-    CallInfo,
-    Candidate,
-    Partition,
-    Similarity,
-    Usage,
-)
-from ._verify import VerifyQueue
+from ._tokens import count_tokens
+from ._types import CacheEntry, CallInfo, Candidate, Partition, Similarity, Usage
+from ._verify import VerifyJob, VerifyQueue
 
 __all__ = ["DEFAULT_CACHE_DIR_ENV", "SemanticCache", "open_backend"]
 
@@ -88,7 +83,7 @@ def open_backend(location: str | os.PathLike[str] | CacheBackend | None) -> Cach
                 ) from exc
             backend: CacheBackend = PgBackend(text)
             return backend
-        from ._backend import LocalBackend
+        from ._local_backend import LocalBackend
 
         return LocalBackend(Path(text))
     if isinstance(location, CacheBackend):
@@ -97,14 +92,6 @@ def open_backend(location: str | os.PathLike[str] | CacheBackend | None) -> Cach
         f"cannot open a cache from {type(location).__name__}: give a directory, a postgresql:// "
         "DSN or a CacheBackend"
     )
-
-
-def default_embedder() -> Embedder:
-    """The embedded default: local all-MiniLM-L6-v2 (int8 ONNX), memoised, with concurrent
-    callers' texts embedded together (:class:`~llmcache.BatchingEmbedder`)."""
-    from ._embedders import BatchingEmbedder, MemoEmbedder, MiniLMEmbedder
-
-    return MemoEmbedder(BatchingEmbedder(MiniLMEmbedder()))
 
 
 @dataclass
@@ -127,11 +114,11 @@ class SemanticCache:
     """A semantic cache on disk (or in a database): tables of answers found by similarity.
 
     ``location`` is a directory (the default backend: diskcache entries + hnswlib indexes), a
-    ``postgresql://`` DSN, or any :class:`~llmcache.CacheBackend`. ``embedder`` defaults to the
+    ``postgresql://`` DSN, or any :class:`~llmcache.storage.CacheBackend`. ``embedder`` defaults to the
     local MiniLM model. Opening a cache built with another embedder or dimension raises
-    :class:`~llmcache.EmbedderMismatchError`.
+    :class:`~llmcache.errors.EmbedderMismatchError`.
 
-    Bounds (``CacheConfig(max_entries=..., ttl_seconds=...)``, see :class:`~llmcache.Limits`)
+    Bounds (``CacheConfig(max_entries=..., ttl_seconds=...)``, see :class:`~llmcache.storage.Limits`)
     are kept on every write and recorded in the store, so that every process sharing the cache
     keeps the same ones. ``clock`` says what time it is for them (default ``time.time``): give a
     simulation's clock, in seconds, and entries expire and age in simulated time.
@@ -243,11 +230,27 @@ class SemanticCache:
             # The hit is served either way; a lost last-hit time only ages the entry early.
             logger.warning("could not record a hit on %s/%s", partition_key, entry_id)
 
-    # -- the operations the call core uses ---------------------------------------------------
+    # -- the operations the cached call uses -------------------------------------------------
+
+    @functools.cached_property
+    def hit_step(self) -> HitStep:
+        """The step a hit is made by (modifier, validation, revision), with this cache's
+        configuration, embedder and prices: see :class:`~llmcache.modifiers.HitStep`."""
+        return HitStep(self.config, self.embedder, self.prices)
 
     def embed(self, text: str) -> NDArray[np.float32]:
         vectors = self.embedder.embed([text])
         return np.asarray(vectors[0], dtype=np.float32)
+
+    def embedding_cost(self, text: str) -> tuple[int, float]:
+        """What embedding ``text`` costs: its tokens, and US dollars at this cache's prices
+        (only a paid embedder costs money; the local model is free to run)."""
+        tokens, _ = count_tokens(text)
+        model_id = self.embedder.model_id
+        if not model_id.startswith("openai:"):
+            return tokens, 0.0
+        name = model_id.split(":", 1)[1].split("@", 1)[0]
+        return tokens, self.prices.cost(name, Usage(prompt_tokens=tokens))
 
     def lookup(
         self,
@@ -333,44 +336,6 @@ class SemanticCache:
             logger.warning("could not evict a damaged entry", exc_info=True)
         return 1
 
-    def adapt(
-        self,
-        candidate: Candidate,
-        options: CacheOptions,
-        *,
-        messages: Sequence[Mapping[str, Any]],
-        request: Mapping[str, Any] | None = None,
-        call: Callable[[dict[str, Any]], Any] | None = None,
-        on_invalid: Callable[[int, str, str | None, Usage, str], None] | None = None,
-    ) -> Adapted:
-        """What ``candidate`` becomes as the answer to a query: the step every hit is made by.
-
-        The query's modifier (``options.modifier``, else its category's, else ``read``) turns
-        the cached answer into an answer for the query's ``messages`` and ``options``; that
-        answer is then checked against the query's validator. A ``revise`` modifier asks the
-        LLM through ``call`` (a request's keyword arguments in, a ``ChatCompletion`` out), with
-        ``request`` -- the query's keyword arguments, as given to ``create`` -- plus its
-        constraints and the revision prompt as the messages; an invalid revision is resubmitted
-        a few times, and each invalid answer is passed to ``on_invalid(attempt, model,
-        content, usage, reason)``. What that spent, and what it cost at this cache's prices, is
-        in the result. Nothing is stored, looked up or counted in the ledger: the cached call
-        does that around this step.
-        """
-        from ._core import CHAT, adapt_candidate  # the call core is built on this module
-
-        return adapt_candidate(
-            self,
-            candidate,
-            options,
-            messages=[dict(m) for m in messages],
-            request=request or {},
-            call=call,
-            # A chat completion's layout; the cached client's other endpoints (parse, Responses)
-            # run the same function with their own Shape.
-            shape=CHAT,
-            on_invalid=on_invalid,
-        )
-
     @contextlib.contextmanager
     def single_flight(self, key: tuple[str, str]) -> Iterator[bool]:
         """Coalesce concurrent misses on the same question within this process.
@@ -415,6 +380,14 @@ class SemanticCache:
                 # The entry is stored; the excess is evicted by the next write (or a prune).
                 logger.warning("could not evict entries over the cache's bounds", exc_info=True)
         return entry_id
+
+    def record(self, info: CallInfo) -> None:
+        """Count a finished call in its table's counters (flushed in batches)."""
+        self.ledger.record(info)
+
+    def verify_later(self, job: VerifyJob) -> None:
+        """Hand a near miss to the worker that verifies off the request path."""
+        self.verifications.submit(job)
 
     def entries(self, partition_key: str) -> list[CacheEntry]:
         return list(self.backend.iterate(partition_key))

@@ -27,12 +27,12 @@ from typing import Any, TypeVar
 from openai.types.chat import ChatCompletion
 
 from ._cache import SemanticCache
+from ._cached_call import run_cached_call, start_streamed_call
 from ._config import CacheConfig
-from ._core import CHAT, Shape, run_cached_call, start_streamed_call
 from ._errors import ConfigurationError
 from ._protocols import CacheBackend, Embedder
 from ._recorder import Recorder
-from ._shapes import ParsedChatShape, ResponsesShape, responses_bypass_reason
+from ._shapes import CHAT, ParsedChatShape, ResponsesShape, Shape, responses_bypass_reason
 from ._stream import (
     Assembler,
     AsyncReplayStream,

@@ -1,6 +1,6 @@
 """Embedders: the local default (all-MiniLM-L6-v2, int8 ONNX), OpenAI's API, and a memo layer.
 
-Every embedder here satisfies :class:`~llmcache.Embedder`: ``embed(texts)`` returns a float32
+Every embedder here satisfies :class:`~llmcache.embedders.Embedder`: ``embed(texts)`` returns a float32
 array of shape ``(len(texts), dim)`` whose rows have unit L2 norm, and ``model_id`` changes
 whenever the vectors would.
 """
@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from openai import OpenAI
     from tokenizers import Tokenizer
 
-__all__ = ["BatchingEmbedder", "MemoEmbedder", "MiniLMEmbedder", "OpenAIEmbedder"]
+__all__ = [
+    "BatchingEmbedder",
+    "MemoEmbedder",
+    "MiniLMEmbedder",
+    "OpenAIEmbedder",
+    "default_embedder",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -556,7 +562,7 @@ class BatchingEmbedder:
     ``model_id`` and ``dim`` are the inner embedder's. ``calls`` counts calls to ``inner``,
     ``texts`` the texts sent (``texts / calls`` is the mean batch). If ``inner`` fails, the
     caller whose turn it was gets its exception and the others in that batch an
-    :class:`~llmcache.EmbedderError` that names it; nothing is retried behind their back.
+    :class:`~llmcache.errors.EmbedderError` that names it; nothing is retried behind their back.
     """
 
     def __init__(self, inner: Embedder, *, max_batch: int = 256) -> None:
@@ -641,3 +647,9 @@ class BatchingEmbedder:
 
     def __repr__(self) -> str:
         return f"BatchingEmbedder({self.inner!r}, max_batch={self.max_batch})"
+
+
+def default_embedder() -> Embedder:
+    """The embedded default: local all-MiniLM-L6-v2 (int8 ONNX), memoised, with concurrent
+    callers' texts embedded together (:class:`BatchingEmbedder`)."""
+    return MemoEmbedder(BatchingEmbedder(MiniLMEmbedder()))

@@ -6,8 +6,8 @@ import json
 import re
 from typing import Any
 
-from ._core import CHAT
 from ._errors import InvalidResponseError
+from ._shapes import CHAT
 from ._types import Usage, Verdict
 
 __all__ = ["LLMVerifier"]
@@ -42,16 +42,16 @@ _SAID = re.compile(r'"same"\s*:\s*(true|false)', re.IGNORECASE)
 
 
 class LLMVerifier:
-    """A :class:`~llmcache.Verifier` that asks any OpenAI-compatible chat model a short yes/no
+    """A :class:`~llmcache.verification.Verifier` that asks any OpenAI-compatible chat model a short yes/no
     question: would one answer serve both requests? The answer is constrained to the JSON
     schema ``{"same": true|false}``.
 
     ``client`` is a plain ``openai.OpenAI`` (or any object with ``chat.completions.create``),
     not a cached one: a verdict must come from the model, not from the cache it judges.
     ``model`` names the model; its tokens are priced by the cache's
-    :class:`~llmcache.PriceTable` and counted as ``verify_tokens``/``verify_usd``.
+    :class:`~llmcache.types.PriceTable` and counted as ``verify_tokens``/``verify_usd``.
     ``extra`` are further keyword arguments of every request (e.g. ``extra_body`` for a local
-    server). Raises :class:`~llmcache.InvalidResponseError` when the model's answer says
+    server). Raises :class:`~llmcache.errors.InvalidResponseError` when the model's answer says
     neither yes nor no (the cache turns that into a counted miss).
     """
 

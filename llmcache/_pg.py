@@ -81,7 +81,7 @@ except ImportError as exc:  # the [pg] extra is optional; PgBackend() says how t
 else:
     _IMPORT_ERROR = None
 
-__all__ = ["SCHEMA_VERSION", "PgBackend", "probe_pgvector"]
+__all__ = ["SCHEMA_VERSION", "PgBackend", "describe_dsn", "probe_pgvector"]
 
 logger = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ def probe_pgvector(conn: psycopg.Connection[Any], ext_schema: str, where: str) -
         )
 
 
-def _where(dsn: str) -> str:
+def describe_dsn(dsn: str) -> str:
     """The DSN without secrets, for messages: ``host:port/dbname``."""
     try:
         info = psycopg.conninfo.conninfo_to_dict(dsn)
@@ -364,7 +364,7 @@ class _Pool:
 
 
 class PgBackend:
-    """A :class:`~llmcache.CacheBackend` on PostgreSQL with pgvector.
+    """A :class:`~llmcache.storage.CacheBackend` on PostgreSQL with pgvector.
 
     ``dsn`` is a libpq connection string or ``postgresql://`` URL; ``schema`` the schema that
     holds this cache (several caches can share a database under different schemas).
@@ -400,7 +400,7 @@ class PgBackend:
         self._ef_search = int(ef_search)
         self._dsn = dsn
         self._schema = schema
-        self._where = _where(dsn)
+        self._where = describe_dsn(dsn)
         self._connect_kwargs = connect_kwargs
         self._search_path: str | None = None
         self._embedder = EmbedderRecord(

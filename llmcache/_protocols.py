@@ -2,10 +2,10 @@
 
 Implementations are passed to constructors; there is no global registry and no string factory.
 Each protocol lists everything llmcache calls on it. The embedded defaults are
-:class:`~llmcache.MiniLMEmbedder` (an :class:`Embedder`), an index per table that searches
-exactly while the table is small and with :class:`~llmcache.HnswIndex` once it grows (a
+:class:`~llmcache.embedders.MiniLMEmbedder` (an :class:`Embedder`), an index per table that searches
+exactly while the table is small and with :class:`~llmcache.index.HnswIndex` once it grows (a
 :class:`VectorIndex`, made by ``LocalBackend(index_factory=...)``), and
-:class:`~llmcache.LocalBackend` (a :class:`BoundedBackend`; :class:`~llmcache.PgBackend` is the
+:class:`~llmcache.storage.LocalBackend` (a :class:`BoundedBackend`; :class:`~llmcache.storage.PgBackend` is the
 other).
 
 Storage is plugged in whole, as a :class:`CacheBackend`: the entry store inside
@@ -103,8 +103,8 @@ class VectorIndex(Protocol):
 class CacheBackend(Protocol):
     """Everything the cache core needs from storage: entries, nearest-neighbour search, counters.
 
-    :class:`~llmcache.LocalBackend` keeps entries in a directory with one :class:`VectorIndex`
-    per partition; :class:`~llmcache.PgBackend` is a database with vector search. A backend
+    :class:`~llmcache.storage.LocalBackend` keeps entries in a directory with one :class:`VectorIndex`
+    per partition; :class:`~llmcache.storage.PgBackend` is a database with vector search. A backend
     that also keeps entry times is a :class:`BoundedBackend` and can be bounded.
     """
 
@@ -209,7 +209,7 @@ class Equivalence(Protocol):
     same thing: how a wrong-hit budget labels its tables. Both are answer texts.
 
     Supplied per category or per call as validators are; the default is
-    :func:`~llmcache.same_answer` (equal JSON values, else equal texts up to whitespace and case).
+    :func:`~llmcache.verification.same_answer` (equal JSON values, else equal texts up to whitespace and case).
     """
 
     def __call__(self, cached: str, fresh: str) -> bool: ...
@@ -223,7 +223,7 @@ class Verifier(Protocol):
     under the threshold in force (``verify_band``). ``query`` and ``cached`` are the two
     embedding texts (the keywords in keyword mode, the canonical messages in full mode),
     ``cosine`` their similarity. A verifier that fails raises: the call is then a counted miss.
-    :class:`~llmcache.LLMVerifier` asks any OpenAI-compatible chat model.
+    :class:`~llmcache.verification.LLMVerifier` asks any OpenAI-compatible chat model.
 
     It may be called from several threads at once, and off the request path from a worker
     thread of the cache.

@@ -1,5 +1,7 @@
-"""The endpoints besides ``chat.completions.create``, as :class:`~llmcache._core.Shape`\\ s.
+"""Endpoints as :class:`Shape`\\ s: what the cached call needs to know about a request and
+its response, one object per endpoint, so that every endpoint shares one call core.
 
+- ``chat.completions.create``: :data:`CHAT`, the base :class:`Shape`.
 - ``chat.completions.parse``: the request is ``create``'s with a Python type as
   ``response_format``; the table is keyed by that type's JSON schema (what the SDK sends), never
   by its Python identity, and the type validates every answer. A hit is turned into a
@@ -8,8 +10,9 @@
   text or a list of items); the answer is the ``output_text`` of the response's message. A hit is
   a real ``Response`` (``ParsedResponse`` through the SDK's ``parse_response`` for ``parse``).
 
-Requests that depend on state only the server holds are not cached at all: see
-:func:`responses_bypass_reason`.
+Every reader here is defensive: the openai SDK builds responses without validating them, so a
+malformed server answer arrives with any shape inside. Requests that depend on state only the
+server holds are not cached at all: see :func:`responses_bypass_reason`.
 """
 
 from __future__ import annotations
@@ -27,21 +30,205 @@ from openai.lib._parsing import (
     validate_input_tools,
 )
 from openai.lib._parsing._responses import parse_response, type_to_text_format_param
+from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ._core import Shape, _as_message, _count
 from ._errors import ConfigurationError
 from ._tokens import count_message_tokens, count_tokens
 from ._types import CacheEntry, Usage
 from ._validation import CheckFn
 
 __all__ = [
+    "CHAT",
     "ParsedChatShape",
     "ResponsesShape",
+    "Shape",
     "given",
     "responses_bypass_reason",
 ]
+
+
+# -- chat.completions: reading a response, rebuilding one from the store -----------------------
+
+
+def _first_message(completion: Any) -> Any:
+    """The first choice's message, or ``None``.
+
+    The openai SDK builds responses without validating them, so a malformed server answer
+    arrives as a ChatCompletion with any shape inside (no choices, a ``None`` message, a number
+    for content): read it defensively, never with an AttributeError.
+    """
+    choices = getattr(completion, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return None
+    return getattr(choices[0], "message", None)
+
+
+def _content(completion: Any) -> str | None:
+    content = getattr(_first_message(completion), "content", None)
+    return content if isinstance(content, str) else None
+
+
+def _has_tool_calls(completion: Any) -> bool:
+    message = _first_message(completion)
+    calls = getattr(message, "tool_calls", None) or getattr(message, "function_call", None)
+    return bool(calls)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _usage(completion: Any, messages: Any) -> Usage:
+    u = getattr(completion, "usage", None)
+    prompt = _count(getattr(u, "prompt_tokens", None))
+    completed = _count(getattr(u, "completion_tokens", None))
+    if prompt is not None and completed is not None and (prompt or completed):
+        return Usage(prompt_tokens=prompt, completion_tokens=completed)
+    # The server gave no usage: estimate, and say which estimate in the record.
+    prompt, source = count_message_tokens(messages)
+    completion_tokens, _ = count_tokens(_content(completion) or "")
+    return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, source=source)
+
+
+def _rebuild(entry: CacheEntry, content: str | None, usage: Usage) -> ChatCompletion:
+    """A real ChatCompletion from the stored JSON, carrying the (modified) answer.
+
+    ``content=None`` keeps the stored message as it is (an answer made of tool calls). Only the
+    parts changed here are copied (the top level, the first choice, its message): validation
+    builds new objects from the rest, and every lookup decodes its entry afresh.
+    """
+    data = dict(entry.completion)
+    data["id"] = f"chatcmpl-llmcache-{uuid.uuid4().hex[:24]}"
+    data["created"] = int(time.time())
+    choices = data.get("choices") or [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}}
+    ]
+    first = dict(choices[0])
+    if content is not None:
+        first["message"] = {**first["message"], "content": content}
+    data["choices"] = [first]
+    data["usage"] = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+    return ChatCompletion.model_validate(data)
+
+
+def _is_tool_call_entry(entry: CacheEntry) -> bool:
+    try:
+        message = entry.completion["choices"][0]["message"]
+        return bool(message.get("tool_calls") or message.get("function_call"))
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+
+
+def _answer_problem(entry: CacheEntry) -> str | None:
+    """Why a stored entry cannot be served as a ChatCompletion, or ``None`` when it can.
+
+    An entry can decode and pass its checksum yet no longer validate (written by a version with
+    another openai SDK, or edited): then it is dropped and counted like any damaged entry, rather
+    than failing every call that finds it.
+    """
+    try:
+        _rebuild(entry, None if _is_tool_call_entry(entry) else entry.content, Usage())
+    except (ValidationError, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"its stored completion is no longer a valid ChatCompletion ({reason})"
+    return None
+
+
+def _as_message(message: Any, index: int) -> dict[str, Any]:
+    if isinstance(message, Mapping):
+        return dict(message)
+    if isinstance(message, BaseModel):  # e.g. a ChatCompletionMessage sent back in a thread
+        dumped: dict[str, Any] = message.model_dump(mode="json", exclude_none=True)
+        return dumped
+    raise ConfigurationError(
+        f"messages[{index}] is a {type(message).__name__}, not a message mapping "
+        "({'role': ..., 'content': ...})"
+    )
+
+
+def _messages(kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    messages = kwargs.get("messages", [])
+    if messages is None or isinstance(messages, (str, bytes, Mapping)):
+        raise ConfigurationError("messages must be a list of message mappings")
+    try:
+        return [_as_message(m, i) for i, m in enumerate(messages)]
+    except TypeError as exc:  # not iterable
+        raise ConfigurationError("messages must be a list of message mappings") from exc
+
+
+class Shape:
+    """What the core needs to know about one endpoint: how its request names the prompt and the
+    table, and how its response carries the answer, its usage, and is stored and rebuilt.
+
+    This base class is ``chat.completions.create`` (:data:`CHAT`); the subclasses below are
+    the other endpoints.
+    """
+
+    name = "chat.completions"
+
+    def key_params(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The request as the table key (and the recorder's ``params``) sees it."""
+        return kwargs
+
+    def messages(self, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The prompt as chat messages: embedded in full mode, counted, recorded."""
+        return _messages(kwargs)
+
+    def validator(self, validate: CheckFn) -> CheckFn:
+        """The check every answer (a miss's or a served one) must pass."""
+        return validate
+
+    def content(self, response: Any) -> str | None:
+        return _content(response)
+
+    def has_tool_calls(self, response: Any) -> bool:
+        return _has_tool_calls(response)
+
+    def usage(self, response: Any, messages: Any) -> Usage:
+        return _usage(response, messages)
+
+    def dump(self, response: Any) -> dict[str, Any]:
+        """The response as stored JSON: what the server sent, without the SDK's parsed objects
+        (those are rebuilt from the text on a hit, with the caller's own classes)."""
+        # warnings=False: a malformed server answer warns on every odd field; it is refused
+        # by answer_problem instead.
+        data: dict[str, Any] = response.model_dump(mode="json", warnings=False)
+        for choice in data.get("choices") or []:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if isinstance(message, dict):
+                message.pop("parsed", None)
+                for call in message.get("tool_calls") or []:
+                    if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                        call["function"].pop("parsed_arguments", None)
+        return data
+
+    def rebuild(self, entry: CacheEntry, content: str | None, usage: Usage) -> Any:
+        return _rebuild(entry, content, usage)
+
+    def is_tool_call_entry(self, entry: CacheEntry) -> bool:
+        return _is_tool_call_entry(entry)
+
+    def answer_problem(self, entry: CacheEntry) -> str | None:
+        return _answer_problem(entry)
+
+    def revision_request(
+        self, request: Mapping[str, Any], messages: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The request that sends a modifier's prompt instead of the query's."""
+        return {**request, "messages": messages}
+
+
+#: ``chat.completions.create``.
+CHAT = Shape()
+
+
+# -- chat.completions.parse ----------------------------------------------------------------------
 
 
 def given(value: Any) -> bool:

@@ -1,7 +1,7 @@
 """Copying a cache between backends: a table built on a laptop seeds a cluster, and back.
 
 ``transfer(src, dst)`` copies every entry of every partition of ``src`` into ``dst`` (any two
-:class:`~llmcache.CacheBackend` s: a cache directory, a Postgres schema, a fake). Entries keep
+:class:`~llmcache.storage.CacheBackend` s: a cache directory, a Postgres schema, a fake). Entries keep
 everything but their id, which ``dst`` assigns. The destination must be empty or built with the
 same embedder: vectors of different embedders cannot be compared, so a mismatch is refused before
 anything is copied. Entries already present in ``dst`` (same partition, text, answer and vector)
@@ -73,7 +73,7 @@ def transfer(
 
     ``partitions`` limits the copy to those tables. ``stats=True`` also adds ``src``'s
     counters to ``dst``'s (counters only add up, so do that once per source). Raises
-    :class:`~llmcache.EmbedderMismatchError` before copying anything when ``dst`` was built with
+    :class:`~llmcache.errors.EmbedderMismatchError` before copying anything when ``dst`` was built with
     another embedder, or when ``src`` holds vectors of more than one embedder.
     """
     manifest = src.read_manifest()
@@ -146,7 +146,7 @@ def _open(location: str, schema: str | None, *, must_exist: bool) -> CacheBacken
     if must_exist and not (path / "store").is_dir():
         # Opening a directory creates it: a typo must not "export" an empty new cache.
         raise ConfigurationError(f"{location} is not an llmcache cache directory")
-    from ._backend import LocalBackend
+    from ._local_backend import LocalBackend
 
     return LocalBackend(path)
 
@@ -199,9 +199,9 @@ def _main(command: str, argv: list[str] | None) -> int:
 
 def _describe(location: str) -> str:
     if _is_dsn(location):
-        from ._pg import _where
+        from ._pg import describe_dsn
 
-        return _where(location)
+        return describe_dsn(location)
     return os.fspath(location)
 
 

@@ -347,7 +347,7 @@ class Candidate(BaseModel):
 
 class Adapted(BaseModel):
     """What one cached candidate becomes for one query: the answer of
-    :meth:`~llmcache.SemanticCache.adapt`, the step a hit is made by.
+    :meth:`~llmcache.modifiers.HitStep.adapt`, the step a hit is made by.
 
     ``content`` is the modifier's answer, valid or not (``None`` when the modifier gave none,
     and for a stored answer made of tool calls, which is served as it was stored). ``valid``
@@ -367,10 +367,10 @@ class Adapted(BaseModel):
 
 
 class Verdict(BaseModel):
-    """A :class:`~llmcache.Verifier`'s answer: does a cached entry answer the new query?
+    """A :class:`~llmcache.verification.Verifier`'s answer: does a cached entry answer the new query?
 
     ``same`` is the verdict. ``usage`` is what asking cost in tokens and ``model`` the model
-    that spent them: the cache prices them with its own :class:`~llmcache.PriceTable` (so a
+    that spent them: the cache prices them with its own :class:`~llmcache.types.PriceTable` (so a
     price is written in one place), and a verifier that runs locally leaves both empty.
     """
 

@@ -2,7 +2,7 @@
 
 A *near miss* is a lookup whose nearest entry lies in the band just under the threshold in
 force, where the embedding alone is unsure (``verify_band``). On the request path the call
-core asks the :class:`~llmcache.Verifier` before answering (``_core.py``). Off it
+core asks the :class:`~llmcache.verification.Verifier` before answering (``_cached_call.py``). Off it
 (``verify_path="background"``, the way Krites verifies), the miss is answered and stored as
 usual and the near miss handed to the :class:`VerifyQueue` of the open cache: a worker thread
 asks the verifier. Where the call labelled its near miss by comparing answers (under a budget,
@@ -48,7 +48,7 @@ def verdict_cost(prices: PriceTable, verdict: Verdict) -> float:
 
 def ask_verifier(verifier: Verifier, query: str, cached: str, cosine: float) -> Verdict:
     """Ask ``verifier``; raise whatever it raises, and ``TypeError`` for an answer that is no
-    :class:`~llmcache.Verdict` (the caller turns either into a counted miss)."""
+    :class:`~llmcache.types.Verdict` (the caller turns either into a counted miss)."""
     verdict = verifier.verify(query, cached, cosine=cosine)
     if not isinstance(verdict, Verdict):
         raise TypeError(f"a verifier returned {type(verdict).__name__}, not a Verdict")

@@ -29,7 +29,7 @@ def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bac
     made: list[CacheBackend] = []
 
     def factory() -> CacheBackend:
-        from llmcache._backend import LocalBackend
+        from llmcache._local_backend import LocalBackend
 
         backend = LocalBackend(tmp_path / f"cache{len(made)}")
         made.append(backend)

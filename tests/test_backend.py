@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from llmcache._backend import LocalBackend
 from llmcache._errors import CorruptEntryError, EmbedderMismatchError
 from llmcache._index import AutoIndex, ExactIndex, HnswIndex
+from llmcache._local_backend import LocalBackend
 from llmcache._protocols import CacheBackend, VectorIndex
 from llmcache._store import DiskStore
 from llmcache._types import CacheEntry, EmbedMode, Partition, Usage
@@ -378,7 +378,7 @@ def test_stale_or_broken_index_is_rebuilt(
         sidecar_path.write_text(json.dumps(sidecar))
     counting = CountingFactory(INDEX_KINDS["hnsw"])
     with (
-        caplog.at_level(logging.INFO, logger="llmcache._backend"),
+        caplog.at_level(logging.INFO, logger="llmcache._local_backend"),
         local(tmp_path, index_factory=counting) as backend,
     ):
         assert backend.search(P, unit(3), 1)[0][0] == ids[3]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from llmcache import BatchingEmbedder, ConfigurationError, EmbedderError, default_embedder
+from llmcache.embedders import BatchingEmbedder, default_embedder
+from llmcache.errors import ConfigurationError, EmbedderError
 from llmcache.testing import HashEmbedder
 
 

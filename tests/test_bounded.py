@@ -18,16 +18,10 @@ from typing import Any, NamedTuple
 import pytest
 from pg_support import PgBackends
 
-from llmcache import (
-    CacheConfig,
-    CachedLLM,
-    CacheOptions,
-    CallInfo,
-    ConfigurationError,
-    Limits,
-    SemanticCache,
-)
+from llmcache import CacheConfig, CachedLLM, CacheOptions, CallInfo, SemanticCache
 from llmcache.__main__ import main
+from llmcache.errors import ConfigurationError
+from llmcache.storage import Limits
 from llmcache.testing import FakeOpenAI, HashEmbedder
 
 DIM = 32
@@ -55,7 +49,7 @@ class Where(NamedTuple):
 @pytest.fixture(params=["local", "pg"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Where]:
     if request.param == "local":
-        from llmcache._backend import LocalBackend
+        from llmcache._local_backend import LocalBackend
 
         yield Where(str(tmp_path / "c"), lambda: LocalBackend(tmp_path / "c"), "local")
         return
@@ -242,7 +236,7 @@ def _distinct(worker: int, i: int) -> str:
 
 
 def _writer(location: str, worker: int, n: int) -> None:
-    from llmcache._backend import LocalBackend
+    from llmcache._local_backend import LocalBackend
 
     fake = FakeOpenAI()
     cache = SemanticCache(
@@ -298,7 +292,7 @@ def test_processes_writing_one_bounded_cache_evict_exactly_the_excess(
 def test_prune_evicts_to_the_limits_given_and_to_those_recorded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from llmcache._backend import LocalBackend
+    from llmcache._local_backend import LocalBackend
 
     path = tmp_path / "c"
     llm, _ = client(lambda: LocalBackend(path))
@@ -328,7 +322,7 @@ def test_prune_evicts_to_the_limits_given_and_to_those_recorded(
 def test_stats_shows_the_limits_and_the_evictions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from llmcache._backend import LocalBackend
+    from llmcache._local_backend import LocalBackend
 
     path = tmp_path / "c"
     clock = Clock()
@@ -361,7 +355,7 @@ def test_limits_are_validated_and_refused_by_a_backend_that_cannot_keep_them(
     with pytest.raises(ValueError, match="max_entry"):
         CacheConfig(max_entry=5)  # misspelt: refused, naming the valid settings
 
-    from llmcache._backend import LocalBackend
+    from llmcache._local_backend import LocalBackend
 
     class Plain:  # a CacheBackend that keeps no entry times
         def __init__(self) -> None:

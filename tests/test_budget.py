@@ -10,16 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmcache import (
-    CacheConfig,
-    CachedLLM,
-    CacheOptions,
-    CategoryPolicy,
-    ConfigurationError,
-    Mode,
-    SemanticCache,
-    same_answer,
-)
+from llmcache import CacheConfig, CachedLLM, CacheOptions, CategoryPolicy, Mode, SemanticCache
 from llmcache._budget import (
     EXACT_THRESHOLD,
     NO_HIT_THRESHOLD,
@@ -31,7 +22,9 @@ from llmcache._budget import (
     wilson_interval,
 )
 from llmcache._ledger import info_stats_key
+from llmcache.errors import ConfigurationError
 from llmcache.testing import FakeOpenAI, HashEmbedder, scripted
+from llmcache.verification import same_answer
 
 MSGS = [{"role": "user", "content": "Rate the importance of: tree idle"}]
 

@@ -19,18 +19,13 @@ from llmcache import (
     CachedLLM,
     CacheOptions,
     CategoryPolicy,
-    Choose,
-    ConfigurationError,
-    EmbedderMismatchError,
     EmbedMode,
-    InvalidResponseError,
     Mode,
-    ModifyContext,
-    Read,
-    Revise,
     SemanticCache,
-    read_records,
 )
+from llmcache.errors import ConfigurationError, EmbedderMismatchError, InvalidResponseError
+from llmcache.modifiers import Choose, ModifyContext, Read, Revise
+from llmcache.recording import read_records
 from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, HashEmbedder, scripted
 
 MSGS = [

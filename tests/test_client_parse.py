@@ -12,13 +12,9 @@ from openai.lib._parsing import type_to_response_format_param
 from openai.types.chat import ParsedChatCompletion
 from pydantic import BaseModel
 
-from llmcache import (
-    AsyncCachedLLM,
-    ConfigurationError,
-    Mode,
-    SemanticCache,
-    read_records,
-)
+from llmcache import AsyncCachedLLM, Mode, SemanticCache
+from llmcache.errors import ConfigurationError
+from llmcache.recording import read_records
 from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, HashEmbedder, scripted
 
 MSGS = [

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from llmcache import ConfigurationError
+from llmcache.errors import ConfigurationError
 from llmcache.llm import (
     DEFAULT_MODEL,
     DEFAULT_SUPERIOR_MODEL,

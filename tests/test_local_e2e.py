@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from agent_core import CATEGORIES, Simulation, TownCall, TownLLM, template
 from agent_core.llm import cache_config
 from agent_core.testing import ScriptedLLM
-from llmcache import CachedLLM, Mode, RecordedCall, Recorder, SemanticCache, read_records
+from llmcache import CachedLLM, Mode, SemanticCache
 from llmcache.llm import (
     DEFAULT_MODEL,
     DEFAULT_SUPERIOR_MODEL,
@@ -41,6 +41,7 @@ from llmcache.llm import (
     find_llama_server,
     find_model,
 )
+from llmcache.recording import RecordedCall, Recorder, read_records
 from llmcache.testing import HashEmbedder
 
 pytestmark = pytest.mark.slow

@@ -208,8 +208,10 @@ def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_messages_name_the_place_without_credentials() -> None:
-    assert _pg._where("postgresql://u:s3cret@db.example:6543/cache") == "db.example:6543/cache"
-    assert _pg._where("host=db.example password=s3cret dbname=c") == "db.example:5432/c"
+    assert (
+        _pg.describe_dsn("postgresql://u:s3cret@db.example:6543/cache") == "db.example:6543/cache"
+    )
+    assert _pg.describe_dsn("host=db.example password=s3cret dbname=c") == "db.example:5432/c"
 
 
 def test_a_dsn_opens_a_pg_backend(pg_dsn: str) -> None:

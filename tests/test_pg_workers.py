@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmcache import read_records
+from llmcache.recording import read_records
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,9 @@
-"""The public surface: what `import llmcache` promises."""
+"""The public surface: what `import llmcache` and its public submodules promise, in tiers."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import json
 from pathlib import Path
@@ -10,30 +11,134 @@ from pathlib import Path
 import llmcache
 import llmcache.llm
 from llmcache import CacheOptions, LLMCacheError
-from llmcache._keys import partition_for
+from llmcache._filing import partition_for
+
+# Every public name, spelt out by the module it lives in: adding, moving or removing one is a
+# decision, made here as well. The top level is what a user of the drop-in client needs; the
+# parts behind it have a submodule each.
+SURFACE: dict[str, set[str]] = {
+    "llmcache": {
+        "AsyncCachedLLM",
+        "CacheConfig",
+        "CacheOptions",
+        "CacheStats",
+        "CachedLLM",
+        "CallInfo",
+        "CategoryPolicy",
+        "EmbedMode",
+        "LLMCacheError",
+        "Mode",
+        "PromptTemplate",
+        "SemanticCache",
+        "__version__",
+    },
+    "llmcache.errors": {
+        "ConfigurationError",
+        "CorruptEntryError",
+        "EmbedderError",
+        "EmbedderMismatchError",
+        "InvalidResponseError",
+        "LLMCacheError",
+        "StoreError",
+    },
+    "llmcache.storage": {
+        "BoundedBackend",
+        "CacheBackend",
+        "Limits",
+        "LocalBackend",
+        "Manifest",
+        "PgBackend",
+        "open_backend",
+        "transfer",
+    },
+    "llmcache.index": {"AutoIndex", "ExactIndex", "HnswIndex", "VectorIndex"},
+    "llmcache.embedders": {
+        "BatchingEmbedder",
+        "Embedder",
+        "MemoEmbedder",
+        "MiniLMEmbedder",
+        "OpenAIEmbedder",
+        "default_embedder",
+        "embedding_text",
+        "messages_text",
+    },
+    "llmcache.modifiers": {"Choose", "HitStep", "Modifier", "ModifyContext", "Read", "Revise"},
+    "llmcache.verification": {
+        "Equivalence",
+        "LLMVerifier",
+        "Validator",
+        "Verifier",
+        "same_answer",
+    },
+    "llmcache.recording": {"RecordedCall", "Recorder", "read_records"},
+    "llmcache.types": {
+        "Adapted",
+        "CacheEntry",
+        "Candidate",
+        "FilledPrompt",
+        "Partition",
+        "Price",
+        "PriceTable",
+        "Similarity",
+        "TableStats",
+        "Usage",
+        "Verdict",
+    },
+}
 
 
-def test_all_names_exist_are_public_and_sorted() -> None:
-    assert llmcache.__all__ == sorted(llmcache.__all__)
-    for name in llmcache.__all__:
-        assert hasattr(llmcache, name), name
-        obj = getattr(llmcache, name)
-        module = getattr(obj, "__module__", "llmcache")
-        # Everything public is re-exported from a private module or llmcache itself.
-        assert module.startswith("llmcache"), (name, module)
+def test_each_tier_exports_exactly_its_pinned_names_sorted() -> None:
+    for name, expected in SURFACE.items():
+        module = importlib.import_module(name)
+        exported = list(module.__all__)
+        assert exported == sorted(exported), name  # ruff's RUF022 order
+        assert len(set(exported)) == len(exported), name  # no name listed twice
+        assert set(exported) == expected, name
+        for attr in exported:
+            obj = getattr(module, attr)
+            # Defined in llmcache itself (a private module), re-exported here.
+            assert getattr(obj, "__module__", "llmcache").startswith("llmcache"), (name, attr)
+
+
+def test_the_top_level_stays_small_and_binds_nothing_unlisted() -> None:
+    # About a dozen names: the drop-in client, its options and configuration, the cache, the
+    # template, the stats, the error root.
+    assert len(llmcache.__all__) <= 14
+    public = {name for name in vars(llmcache) if not name.startswith("_")}
+    # Whatever else `import llmcache` binds is a submodule or `annotations` (the
+    # `from __future__ import annotations` of its __init__).
+    others = {n for n in public - SURFACE["llmcache"] if not inspect.ismodule(getattr(llmcache, n))}
+    assert others <= {"annotations"}
+
+
+def test_every_public_name_has_one_home() -> None:
+    # A name lives in one public module; the error root is the one exception (the top level
+    # and the error tree both hold it).
+    homes: dict[str, list[str]] = {}
+    for module, names in SURFACE.items():
+        for name in names:
+            homes.setdefault(name, []).append(module)
+    shared = {name: where for name, where in homes.items() if len(where) > 1}
+    assert shared == {"LLMCacheError": ["llmcache", "llmcache.errors"]}
 
 
 def test_every_error_derives_from_the_one_root() -> None:
-    errors = [
-        getattr(llmcache, n)
-        for n in llmcache.__all__
-        if inspect.isclass(getattr(llmcache, n)) and issubclass(getattr(llmcache, n), Exception)
-    ]
+    errors_module = importlib.import_module("llmcache.errors")
+    errors = [getattr(errors_module, n) for n in errors_module.__all__]
     assert len(errors) == 7
-    assert all(issubclass(e, LLMCacheError) for e in errors)
+    assert all(inspect.isclass(e) and issubclass(e, LLMCacheError) for e in errors)
     # The tree in the root's module docstring names every one of them.
     doc = inspect.getmodule(LLMCacheError).__doc__ or ""  # type: ignore[union-attr]
     assert all(e.__name__ in doc for e in errors)
+    # No other public module exports an exception: they all live in the tree.
+    for name in SURFACE:
+        if name == "llmcache.errors":
+            continue
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            obj = getattr(module, attr)
+            if inspect.isclass(obj) and issubclass(obj, BaseException):
+                assert obj is LLMCacheError, (name, attr)
 
 
 def test_scheduling_hints_do_not_split_tables_but_sampling_params_do() -> None:
@@ -53,85 +158,6 @@ def test_docstring_examples_run() -> None:
 
     result = doctest.testmod(llmcache.testing)
     assert result.attempted >= 3 and result.failed == 0
-
-
-# Every public name, spelt out: adding or removing one is a decision, made here as well.
-EXPECTED_PUBLIC_NAMES = {
-    "Adapted",
-    "AsyncCachedLLM",
-    "AutoIndex",
-    "BoundedBackend",
-    "CacheBackend",
-    "CacheConfig",
-    "CacheEntry",
-    "CacheOptions",
-    "CacheStats",
-    "CachedLLM",
-    "CallInfo",
-    "Candidate",
-    "CategoryPolicy",
-    "Choose",
-    "ConfigurationError",
-    "CorruptEntryError",
-    "EmbedMode",
-    "Embedder",
-    "EmbedderError",
-    "EmbedderMismatchError",
-    "Equivalence",
-    "ExactIndex",
-    "FilledPrompt",
-    "HnswIndex",
-    "InvalidResponseError",
-    "LLMCacheError",
-    "LLMVerifier",
-    "Limits",
-    "LocalBackend",
-    "Manifest",
-    "BatchingEmbedder",
-    "MemoEmbedder",
-    "MiniLMEmbedder",
-    "Mode",
-    "Modifier",
-    "ModifyContext",
-    "OpenAIEmbedder",
-    "Partition",
-    "PgBackend",
-    "Price",
-    "PriceTable",
-    "PromptTemplate",
-    "Read",
-    "RecordedCall",
-    "Recorder",
-    "Revise",
-    "SemanticCache",
-    "Similarity",
-    "StoreError",
-    "TableStats",
-    "Usage",
-    "Validator",
-    "VectorIndex",
-    "Verdict",
-    "Verifier",
-    "__version__",
-    "default_embedder",
-    "embedding_text",
-    "messages_text",
-    "read_records",
-    "same_answer",
-    "transfer",
-}
-
-
-def test_exported_members() -> None:
-    assert set(llmcache.__all__) == EXPECTED_PUBLIC_NAMES
-    assert len(llmcache.__all__) == len(EXPECTED_PUBLIC_NAMES)  # no name listed twice
-    public = {name for name in vars(llmcache) if not name.startswith("_")}
-    # Whatever else `import llmcache` binds is a submodule (llmcache.llm, llmcache.testing)
-    # or the `from __future__ import annotations` of its __init__.
-    others = {
-        n for n in public - EXPECTED_PUBLIC_NAMES if not inspect.ismodule(getattr(llmcache, n))
-    }
-    assert others <= {"annotations"}
 
 
 # Code that uses llmcache as its users do: through `import llmcache` and its public modules.
@@ -178,17 +204,17 @@ def _sources(path: Path) -> list[str]:
 
 def test_the_private_import_scan_finds_each_kind_of_import() -> None:
     source = """
-import llmcache._keys
+import llmcache._filing
 from llmcache._types import CallInfo
-from llmcache import _core, CachedLLM
+from llmcache import _cached_call, CachedLLM
 from llmcache.testing import FakeOpenAI
 import importlib; importlib.import_module("llmcache._ledger")
 """
     assert _private_imports(source) == [
-        "llmcache._keys",
+        "llmcache._filing",
         "llmcache._types",
         "llmcache._types.CallInfo",
-        "llmcache._core",
+        "llmcache._cached_call",
         "llmcache._ledger",
     ]
 
@@ -207,7 +233,7 @@ def test_nothing_outside_llmcache_imports_its_private_modules() -> None:
             found = [name for source in _sources(path) for name in _private_imports(source)]
             if found:
                 offenders[str(path.relative_to(root))] = found
-    assert (root / "experiments" / "_evaluate.py").exists()  # the scan looks where the code is
+    assert (root / "experiments" / "__main__.py").exists()  # the scan looks where the code is
     assert scanned > 20
     assert offenders == {}
 
@@ -260,7 +286,7 @@ def test_the_cache_core_never_imports_the_llm_runtime() -> None:
     # imports the runtime. The command line may, inside the one command that runs the server.
     root = Path(llmcache.__file__).resolve().parent
     core = sorted(p for p in root.glob("*.py"))
-    assert {"__init__.py", "_core.py", "__main__.py"} <= {p.name for p in core}
+    assert {"__init__.py", "_cached_call.py", "__main__.py"} <= {p.name for p in core}
     offenders = []
     for path in core:
         imports = _imported_modules(ast.parse(path.read_text("utf-8")), "llmcache")
@@ -275,7 +301,7 @@ def test_the_cache_core_never_imports_the_llm_runtime() -> None:
     runtime = _imported_modules(
         ast.parse((root / "llm" / "_config.py").read_text("utf-8")), "llmcache.llm"
     )
-    assert ("llmcache", True) in runtime
+    assert ("llmcache.errors", True) in runtime
 
 
 def test_the_llm_runtime_uses_only_the_caches_public_names() -> None:
@@ -286,4 +312,101 @@ def test_the_llm_runtime_uses_only_the_caches_public_names() -> None:
         for module, _ in _imported_modules(ast.parse(path.read_text("utf-8")), "llmcache.llm")
         if module.startswith("llmcache._")
     ]
+    assert offenders == []
+
+
+# -- the shape of the tree: no circles, no private names taken across modules ------------------
+
+PACKAGES = ("llmcache", "agent_core", "experiments")
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """Every module of the project's packages by dotted name (a package by its __init__)."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _package_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def _import_edges(root: Path) -> dict[str, set[str]]:
+    """module -> the project's modules it imports (at module level or inside a function),
+    excluding packages' __init__ re-exports, which only hand names on."""
+    modules = _modules(root)
+    edges: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets: set[str] = set()
+        for name, _ in _imported_modules(
+            ast.parse(path.read_text("utf-8")), _package_of(module, path)
+        ):
+            # `from pkg import name` names a module when pkg.name is one, else pkg itself.
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module and modules[name].name != "__init__.py":
+                targets.add(name)
+        edges[module] = targets
+    return edges
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import circle, or ``None``."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == 1:
+                return [*stack[stack.index(target) :], target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_module_of_the_tree_takes_part_in_an_import_circle() -> None:
+    root = Path(__file__).resolve().parent.parent
+    edges = _import_edges(root)
+    assert len(edges) > 80 and edges["llmcache._client"]  # the scan reads the tree
+    assert _cycle(edges) is None
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    # A private (underscored) name is its module's own business; what two modules share is
+    # public in the one that defines it.
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for module, path in _modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            # The project's own modules: relative imports, or absolute ones into its packages.
+            ours = isinstance(node, ast.ImportFrom) and (
+                node.level > 0 or (node.module or "").split(".")[0] in PACKAGES
+            )
+            if isinstance(node, ast.ImportFrom) and ours:
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        offenders.append(f"{module}: from {node.module} import {alias.name}")
     assert offenders == []

@@ -12,17 +12,10 @@ from client_support import make, opts
 from openai.types.responses import ParsedResponse, Response
 from pydantic import BaseModel
 
-from llmcache import (
-    AsyncCachedLLM,
-    CategoryPolicy,
-    ConfigurationError,
-    EmbedMode,
-    Mode,
-    ModifyContext,
-    Revise,
-    SemanticCache,
-    read_records,
-)
+from llmcache import AsyncCachedLLM, CategoryPolicy, EmbedMode, Mode, SemanticCache
+from llmcache.errors import ConfigurationError
+from llmcache.modifiers import ModifyContext, Revise
+from llmcache.recording import read_records
 from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, HashEmbedder
 
 INSTRUCTIONS = "You rate how important a memory is."

@@ -14,17 +14,10 @@ from client_support import opts as base_opts
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import BaseModel
 
-from llmcache import (
-    AsyncCachedLLM,
-    CacheOptions,
-    CategoryPolicy,
-    ConfigurationError,
-    Mode,
-    ModifyContext,
-    Revise,
-    SemanticCache,
-    read_records,
-)
+from llmcache import AsyncCachedLLM, CacheOptions, CategoryPolicy, Mode, SemanticCache
+from llmcache.errors import ConfigurationError
+from llmcache.modifiers import ModifyContext, Revise
+from llmcache.recording import read_records
 from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, FakeStream, HashEmbedder
 
 MSGS = [

@@ -10,13 +10,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 import llmcache._template
-from llmcache import (
-    CachedLLM,
-    CacheOptions,
-    ConfigurationError,
-    PromptTemplate,
-    SemanticCache,
-)
+from llmcache import CachedLLM, CacheOptions, PromptTemplate, SemanticCache
+from llmcache.errors import ConfigurationError
 from llmcache.testing import FakeOpenAI, HashEmbedder
 
 PARK_FILE = """example_v1.txt

@@ -14,8 +14,8 @@ import pytest
 from numpy.typing import NDArray
 from pg_support import PgBackends
 
-from llmcache._backend import LocalBackend
 from llmcache._errors import EmbedderMismatchError
+from llmcache._local_backend import LocalBackend
 from llmcache._protocols import CacheBackend
 from llmcache._transfer import export_main, import_main, transfer
 from llmcache._types import CacheEntry, EmbedMode, Partition, Usage

@@ -13,21 +13,13 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from llmcache import (
-    CacheConfig,
-    CachedLLM,
-    CacheOptions,
-    CategoryPolicy,
-    InvalidResponseError,
-    LLMVerifier,
-    Mode,
-    SemanticCache,
-    Usage,
-    Verifier,
-)
+from llmcache import CacheConfig, CachedLLM, CacheOptions, CategoryPolicy, Mode, SemanticCache
 from llmcache._ledger import info_stats_key
 from llmcache._verify import VerifyJob, VerifyQueue
+from llmcache.errors import InvalidResponseError
 from llmcache.testing import FakeOpenAI, ScriptedVerifier
+from llmcache.types import Usage
+from llmcache.verification import LLMVerifier, Verifier
 
 DIM = 128
 MSGS = [{"role": "user", "content": "Answer the question."}]

@@ -59,7 +59,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from .. import ConfigurationError
+from ..errors import ConfigurationError
 from ._defaults import (
     DEFAULT_CTX_PER_SLOT,
     DEFAULT_MODEL,

@@ -11,7 +11,7 @@ import signal
 import sys
 from types import FrameType
 
-from .. import ConfigurationError
+from ..errors import ConfigurationError
 from ._config import LLMKind, resolve_llm_backend
 from ._defaults import DEFAULT_CTX_PER_SLOT, DEFAULT_PARALLEL
 from ._errors import LocalServerError

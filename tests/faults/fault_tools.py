@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from llmcache import CacheConfig, CachedLLM, CacheOptions, SemanticCache
-from llmcache._backend import LocalBackend
+from llmcache._local_backend import LocalBackend
 from llmcache._protocols import CacheBackend
 from llmcache._tokens import count_tokens
 from llmcache.testing import FakeOpenAI, HashEmbedder

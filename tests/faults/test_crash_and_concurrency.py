@@ -26,7 +26,7 @@ from fault_tools import (
     run_processes,
 )
 
-from llmcache._backend import LocalBackend
+from llmcache._local_backend import LocalBackend
 from llmcache._protocols import CacheBackend
 from llmcache.testing import FakeOpenAI
 

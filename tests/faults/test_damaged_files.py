@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 from fault_tools import DIM, ask, fill, open_client, run_sql
 
-from llmcache import HnswIndex, SemanticCache, StoreError
+from llmcache import SemanticCache
 from llmcache.__main__ import main
-from llmcache._backend import LocalBackend
+from llmcache._local_backend import LocalBackend
+from llmcache.errors import StoreError
+from llmcache.index import HnswIndex
 from llmcache.testing import HashEmbedder
 
 

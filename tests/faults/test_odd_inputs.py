@@ -13,16 +13,10 @@ import pytest
 from fault_tools import MODEL, ask, messages, open_client, opts
 from pydantic import ValidationError
 
-from llmcache import (
-    CacheConfig,
-    CacheOptions,
-    CategoryPolicy,
-    ConfigurationError,
-    EmbedMode,
-    Recorder,
-    read_records,
-)
+from llmcache import CacheConfig, CacheOptions, CategoryPolicy, EmbedMode
 from llmcache._types import CacheEntry
+from llmcache.errors import ConfigurationError
+from llmcache.recording import Recorder, read_records
 
 ODD_TEXTS = {
     "100k-chars": "lorem ipsum " * 8_400,

@@ -11,7 +11,9 @@ import pytest
 from fault_tools import MODEL, ask, messages, open_client, opts
 from pydantic import BaseModel
 
-from llmcache import CategoryPolicy, InvalidResponseError, Revise
+from llmcache import CategoryPolicy
+from llmcache.errors import InvalidResponseError
+from llmcache.modifiers import Revise
 from llmcache.testing import FakeOpenAI, scripted
 
 

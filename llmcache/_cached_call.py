@@ -5,11 +5,16 @@
       miss: LLM call → validate (retry, escalate) → store → ChatCompletion as the server sent it
     → ledger (+ recorder)
 
+The steps live where their concept does: the table and the embedding text in ``_filing.py``,
+the lookup and the store in ``_cache.py``, the hit in ``_hit.py``, the miss's attempts in
+``_attempts.py``, the wrong-hit budget's thresholds and labels in ``_budget.py``; this module
+runs them in order and keeps the call's one record (:class:`~llmcache.CallInfo`).
+
 The LLM is reached only through ``call(kwargs) -> response``, so the same code serves the
 sync client, the async client (which hops back to its event loop) and tests. What a request and a
-response look like is a :class:`Shape`'s business: the default one is ``chat.completions.create``;
-``chat.completions.parse`` and ``responses.create`` bring their own (``_shapes.py``), so every
-endpoint shares one core, its tables, modes, modifiers, ledger and recorder.
+response look like is a :class:`~llmcache._shapes.Shape`'s business: the default one is
+``chat.completions.create``; ``chat.completions.parse`` and ``responses.create`` bring their own,
+so every endpoint shares one core, its tables, modes, modifiers, ledger and recorder.
 
 Once the LLM has answered, nothing the cache does can lose that answer: a failure to store it or
 to record it is logged and counted (``store_failed`` / ``record_failed``), never raised. An
@@ -19,26 +24,22 @@ text) and is cached like any other, served again by the ``read`` modifier only.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from openai.types.chat import ChatCompletion
-from pydantic import BaseModel, ValidationError
-
+from ._attempts import Attempts, CallFn, send_validated
 from ._budget import NO_HIT_THRESHOLD, STRICT_THRESHOLD, same_answer
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
 from ._errors import ConfigurationError, InvalidResponseError, StoreError
-from ._keys import embedding_text, output_params, partition_for
+from ._filing import embedding_text, output_params, partition_for
 from ._ledger import info_stats_key
-from ._modifiers import Read, modifier_name
-from ._protocols import ModifyContext
 from ._recorder import RecordedCall, Recorder
-from ._tokens import count_message_tokens, count_tokens
+from ._shapes import CHAT, Shape
+from ._tokens import count_message_tokens
 from ._types import (
     Adapted,
     CacheEntry,
@@ -50,365 +51,15 @@ from ._types import (
     Usage,
     Verdict,
 )
-from ._validation import CheckFn, as_validator, check
+from ._validation import as_validator, check
 from ._verify import VerifyJob, ask_verifier, verdict_cost
 
-__all__ = [
-    "CHAT",
-    "CallFn",
-    "InvalidFn",
-    "Shape",
-    "StreamedCall",
-    "adapt_candidate",
-    "run_cached_call",
-    "start_streamed_call",
-]
+__all__ = ["StreamedCall", "run_cached_call", "start_streamed_call"]
 
 logger = logging.getLogger("llmcache")
 
-CallFn = Callable[[dict[str, Any]], Any]
 
-# How many times a revision prompt may be resubmitted before the hit is given up as a miss.
-_REVISE_ATTEMPTS = 3
-
-
-def _first_message(completion: Any) -> Any:
-    """The first choice's message, or ``None``.
-
-    The openai SDK builds responses without validating them, so a malformed server answer
-    arrives as a ChatCompletion with any shape inside (no choices, a ``None`` message, a number
-    for content): read it defensively, never with an AttributeError.
-    """
-    choices = getattr(completion, "choices", None)
-    if not isinstance(choices, list) or not choices:
-        return None
-    return getattr(choices[0], "message", None)
-
-
-def _content(completion: Any) -> str | None:
-    content = getattr(_first_message(completion), "content", None)
-    return content if isinstance(content, str) else None
-
-
-def _has_tool_calls(completion: Any) -> bool:
-    message = _first_message(completion)
-    calls = getattr(message, "tool_calls", None) or getattr(message, "function_call", None)
-    return bool(calls)
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _usage(completion: Any, messages: Any) -> Usage:
-    u = getattr(completion, "usage", None)
-    prompt = _count(getattr(u, "prompt_tokens", None))
-    completed = _count(getattr(u, "completion_tokens", None))
-    if prompt is not None and completed is not None and (prompt or completed):
-        return Usage(prompt_tokens=prompt, completion_tokens=completed)
-    # The server gave no usage: estimate, and say which estimate in the record.
-    prompt, source = count_message_tokens(messages)
-    completion_tokens, _ = count_tokens(_content(completion) or "")
-    return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, source=source)
-
-
-InvalidFn = Callable[[int, str, "str | None", Usage, str], None]
-
-
-def _ignore_invalid(attempt: int, model: str, content: str | None, usage: Usage, why: str) -> None:
-    return None
-
-
-@dataclass
-class _Attempts:
-    """The result of sending one request until it validates."""
-
-    completion: Any  # the endpoint's response (a ChatCompletion for chat.completions)
-    content: str  # "" for an answer made only of tool calls
-    attempts: int
-    escalated: bool
-    usage: Usage  # all attempts
-    final_usage: Usage  # the accepted answer alone
-    cost: float
-
-
-def _send_validated(
-    cache: SemanticCache,
-    kwargs: dict[str, Any],
-    validate: CheckFn,
-    call: CallFn,
-    *,
-    max_attempts: int,
-    escalate: bool,
-    on_invalid: InvalidFn = _ignore_invalid,
-    shape: Shape | None = None,
-) -> _Attempts:
-    """Send until the answer validates: ``max_attempts`` on the requested model, then the
-    superior model. Invalid answers are returned for the record, never stored."""
-    config = cache.config
-    plan: list[dict[str, Any]] = [kwargs] * max_attempts
-    superior = config.superior_model
-    if escalate and superior and superior != kwargs.get("model"):
-        plan += [{**kwargs, "model": superior}] * config.escalation_attempts
-    shape = shape or CHAT
-    usage = Usage()
-    cost = 0.0
-    last_reason = ""
-    last_content: str | None = None
-    for n, request in enumerate(plan, start=1):
-        completion = call(request)
-        u = shape.usage(completion, shape.messages(request))
-        usage = usage + u
-        model = str(request.get("model", ""))
-        cost += cache.prices.cost(model, u)
-        content = shape.content(completion)
-        # Tool calls are the answer: the validator reads text, which such an answer need not
-        # have, and resubmitting a valid answer would only pay for it again.
-        reason = None if shape.has_tool_calls(completion) else check(validate, content)
-        if reason is None:
-            return _Attempts(
-                completion=completion,
-                content=content or "",
-                attempts=n,
-                escalated=n > max_attempts,
-                usage=usage,
-                final_usage=u,
-                cost=cost,
-            )
-        on_invalid(n, model, content, u, reason)
-        last_reason, last_content = reason, content
-        logger.info("invalid answer (attempt %d/%d): %s", n, len(plan), reason[:200])
-    raise InvalidResponseError(
-        f"no valid answer after {len(plan)} attempts (last reason: {last_reason[:300]})",
-        attempts=len(plan),
-        last_content=last_content,
-        last_error=last_reason,
-        usage=usage,
-        cost_usd=cost,
-    )
-
-
-def _rebuild(entry: CacheEntry, content: str | None, usage: Usage) -> ChatCompletion:
-    """A real ChatCompletion from the stored JSON, carrying the (modified) answer.
-
-    ``content=None`` keeps the stored message as it is (an answer made of tool calls). Only the
-    parts changed here are copied (the top level, the first choice, its message): validation
-    builds new objects from the rest, and every lookup decodes its entry afresh.
-    """
-    data = dict(entry.completion)
-    data["id"] = f"chatcmpl-llmcache-{uuid.uuid4().hex[:24]}"
-    data["created"] = int(time.time())
-    choices = data.get("choices") or [
-        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant"}}
-    ]
-    first = dict(choices[0])
-    if content is not None:
-        first["message"] = {**first["message"], "content": content}
-    data["choices"] = [first]
-    data["usage"] = {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-    return ChatCompletion.model_validate(data)
-
-
-def _is_tool_call_entry(entry: CacheEntry) -> bool:
-    try:
-        message = entry.completion["choices"][0]["message"]
-        return bool(message.get("tool_calls") or message.get("function_call"))
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return False
-
-
-def _answer_problem(entry: CacheEntry) -> str | None:
-    """Why a stored entry cannot be served as a ChatCompletion, or ``None`` when it can.
-
-    An entry can decode and pass its checksum yet no longer validate (written by a version with
-    another openai SDK, or edited): then it is dropped and counted like any damaged entry, rather
-    than failing every call that finds it.
-    """
-    try:
-        _rebuild(entry, None if _is_tool_call_entry(entry) else entry.content, Usage())
-    except (ValidationError, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"its stored completion is no longer a valid ChatCompletion ({reason})"
-    return None
-
-
-def _as_message(message: Any, index: int) -> dict[str, Any]:
-    if isinstance(message, Mapping):
-        return dict(message)
-    if isinstance(message, BaseModel):  # e.g. a ChatCompletionMessage sent back in a thread
-        dumped: dict[str, Any] = message.model_dump(mode="json", exclude_none=True)
-        return dumped
-    raise ConfigurationError(
-        f"messages[{index}] is a {type(message).__name__}, not a message mapping "
-        "({'role': ..., 'content': ...})"
-    )
-
-
-def _messages(kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
-    messages = kwargs.get("messages", [])
-    if messages is None or isinstance(messages, (str, bytes, Mapping)):
-        raise ConfigurationError("messages must be a list of message mappings")
-    try:
-        return [_as_message(m, i) for i, m in enumerate(messages)]
-    except TypeError as exc:  # not iterable
-        raise ConfigurationError("messages must be a list of message mappings") from exc
-
-
-class Shape:
-    """What the core needs to know about one endpoint: how its request names the prompt and the
-    table, and how its response carries the answer, its usage, and is stored and rebuilt.
-
-    This base class is ``chat.completions.create``; ``_shapes.py`` holds the others. Every method
-    reads defensively: the openai SDK builds responses without validating them.
-    """
-
-    name = "chat.completions"
-
-    def key_params(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The request as the table key (and the recorder's ``params``) sees it."""
-        return kwargs
-
-    def messages(self, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The prompt as chat messages: embedded in full mode, counted, recorded."""
-        return _messages(kwargs)
-
-    def validator(self, validate: CheckFn) -> CheckFn:
-        """The check every answer (a miss's or a served one) must pass."""
-        return validate
-
-    def content(self, response: Any) -> str | None:
-        return _content(response)
-
-    def has_tool_calls(self, response: Any) -> bool:
-        return _has_tool_calls(response)
-
-    def usage(self, response: Any, messages: Any) -> Usage:
-        return _usage(response, messages)
-
-    def dump(self, response: Any) -> dict[str, Any]:
-        """The response as stored JSON: what the server sent, without the SDK's parsed objects
-        (those are rebuilt from the text on a hit, with the caller's own classes)."""
-        # warnings=False: a malformed server answer warns on every odd field; it is refused
-        # by answer_problem instead.
-        data: dict[str, Any] = response.model_dump(mode="json", warnings=False)
-        for choice in data.get("choices") or []:
-            message = choice.get("message") if isinstance(choice, dict) else None
-            if isinstance(message, dict):
-                message.pop("parsed", None)
-                for call in message.get("tool_calls") or []:
-                    if isinstance(call, dict) and isinstance(call.get("function"), dict):
-                        call["function"].pop("parsed_arguments", None)
-        return data
-
-    def rebuild(self, entry: CacheEntry, content: str | None, usage: Usage) -> Any:
-        return _rebuild(entry, content, usage)
-
-    def is_tool_call_entry(self, entry: CacheEntry) -> bool:
-        return _is_tool_call_entry(entry)
-
-    def answer_problem(self, entry: CacheEntry) -> str | None:
-        return _answer_problem(entry)
-
-    def revision_request(
-        self, request: Mapping[str, Any], messages: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        """The request that sends a modifier's prompt instead of the query's."""
-        return {**request, "messages": messages}
-
-
-CHAT = Shape()
-
-
-def adapt_candidate(
-    cache: SemanticCache,
-    candidate: Candidate,
-    options: CacheOptions,
-    *,
-    messages: list[dict[str, Any]],
-    request: Mapping[str, Any],
-    call: CallFn | None,
-    on_invalid: InvalidFn | None = None,
-    shape: Shape = CHAT,
-    policy: ResolvedPolicy | None = None,
-) -> Adapted:
-    """The hit step, for :meth:`SemanticCache.adapt` (see there): modifier, then validation.
-
-    Kept here, beside the miss path, because a revision is sent like a miss is (validated,
-    resubmitted while invalid) and must be accounted like one. ``policy``: the one the call
-    already resolved from ``options`` (resolved here when not given).
-    """
-    if policy is None:
-        policy = cache.config.resolve(options)
-    modifier = policy.modifier if policy.modifier is not None else Read()
-    name = modifier_name(modifier)
-    if shape.is_tool_call_entry(candidate.entry):
-        # Only ``read`` serves a stored tool-call answer: the other modifiers rewrite text,
-        # and a tool call has none to rewrite. It is served as it was stored.
-        if name != "read":
-            return Adapted(
-                modifier=name,
-                content=None,
-                valid=False,
-                error=f"a cached tool-call answer is not served through the {name!r} modifier",
-            )
-        return Adapted(modifier=name, content=None, valid=True)
-    validate = shape.validator(as_validator(policy.validator))
-    # A revision goes out with the query's model and parameters, its constraints included.
-    sent = {**request, **options.constraints}
-    spent = Usage()
-    cost = 0.0
-
-    def complete(prompt: list[dict[str, Any]]) -> str:
-        nonlocal spent, cost
-        if call is None:
-            raise ConfigurationError(
-                f"the {name!r} modifier asks the LLM: pass call= to SemanticCache.adapt"
-            )
-        result = _send_validated(
-            cache,
-            shape.revision_request(sent, prompt),
-            validate,
-            call,
-            max_attempts=_REVISE_ATTEMPTS,
-            escalate=False,
-            on_invalid=on_invalid or _ignore_invalid,
-            shape=shape,
-        )
-        spent = spent + result.usage
-        cost += result.cost
-        return result.content
-
-    ctx = ModifyContext(
-        query_messages=messages,
-        options=options,
-        candidate=candidate,
-        embedder=cache.embedder,
-        complete=complete,
-    )
-    try:
-        content = modifier.apply(ctx)
-    except InvalidResponseError as exc:
-        logger.info("revision failed validation; treating as a miss: %s", exc)
-        content = None
-        if isinstance(exc.usage, Usage):
-            spent = spent + exc.usage
-            cost += exc.cost_usd
-    reason = check(validate, content)
-    return Adapted(
-        modifier=name,
-        content=content,
-        valid=reason is None,
-        error=reason,
-        usage=spent,
-        cost_usd=cost,
-    )
-
-
-class _Call:
+class _CachedCall:
     """The state of one cached call (kept in one object so the steps stay short)."""
 
     def __init__(
@@ -427,6 +78,8 @@ class _Call:
         self.recorder = recorder
         self.shape = shape
         self.started = time.perf_counter()
+        self.prices = cache.prices
+        self.hits = cache.hit_step
         self.policy: ResolvedPolicy = cache.config.resolve(options)
         self.validate = shape.validator(as_validator(self.policy.validator))
         # The table is keyed by the caller's keyword arguments alone; what goes out is those
@@ -469,10 +122,7 @@ class _Call:
         mode = self.policy.mode
         if mode is Mode.OFF or self.policy.bypass:
             return self._finish(self._miss("bypass", store=False))
-        text = embedding_text(self.policy.embed, self.options, self.messages)
-        self.info.embed_text = text
-        vector = self.cache.embed(text)
-        self._count_embedding(text)
+        text, vector = self._embed()
         if mode is Mode.COLLECT:
             return self._finish(self._miss("collect", store=True, vector=vector, text=text))
         served = self._look_up(vector, mode)
@@ -500,10 +150,7 @@ class _Call:
         if mode is Mode.OFF or self.policy.bypass:
             self._pending: tuple[str, Any, str | None] = ("bypass", None, None)
             return None
-        text = embedding_text(self.policy.embed, self.options, self.messages)
-        self.info.embed_text = text
-        vector = self.cache.embed(text)
-        self._count_embedding(text)
+        text, vector = self._embed()
         if mode is not Mode.COLLECT:
             served = self._look_up(vector, mode)
             if served is not None:
@@ -519,7 +166,7 @@ class _Call:
         self.info.attempts = 1
         # An abandoned stream was still paid for: its prompt, and what arrived of the answer.
         u = self.shape.usage(response, self.messages)
-        cost = self.cache.prices.cost(self.model, u)
+        cost = self.prices.cost(self.model, u)
         self.info.usage = self.info.usage + u
         self.info.cost_usd += cost
         content = self.shape.content(response)
@@ -537,7 +184,7 @@ class _Call:
         elif not self.shape.has_tool_calls(response):
             self._label_from_answer(content)
         if reason is None and vector is not None and text is not None:
-            attempt = _Attempts(
+            attempt = Attempts(
                 completion=response,
                 content=content or "",
                 attempts=1,
@@ -638,7 +285,7 @@ class _Call:
             logger.warning("the verifier failed; answering the near miss as a miss", exc_info=True)
             self.info.verify_failed = True
             return None
-        usd = verdict_cost(self.cache.prices, verdict)
+        usd = verdict_cost(self.prices, verdict)
         self.info.usage = self.info.usage + verdict.usage
         self.info.cost_usd += usd
         self.info.verify_tokens += verdict.usage.total_tokens
@@ -660,7 +307,7 @@ class _Call:
             cosine=candidate.similarity.cosine,
             label=self.info.label,
         )
-        self.cache.verifications.submit(job)
+        self.cache.verify_later(job)
 
     def _threshold(self, budget: float | None) -> float:
         """The threshold in force: the static one, or the one learned under a budget."""
@@ -706,14 +353,14 @@ class _Call:
                 return
             try:
                 # Only a modifier that needs no LLM labels a miss: a label must cost nothing.
-                adapted = adapt_candidate(
-                    self.cache,
+                adapted = self.hits.adapt(
                     candidate,
                     self.options,
-                    messages=[dict(m) for m in self.messages],
+                    messages=self.messages,
                     request=self.kwargs,
                     call=None,
                     shape=self.shape,
+                    policy=self.policy,
                 )
             except ConfigurationError:
                 return
@@ -731,22 +378,20 @@ class _Call:
             return
         self._label(candidate, ok)
 
-    def _count_embedding(self, text: str) -> None:
-        tokens, _ = count_tokens(text)
-        self.info.embed_tokens = tokens
-        model_id = self.cache.embedder.model_id
-        # Only a paid embedder costs money; the local model is free to run.
-        if model_id.startswith("openai:"):
-            name = model_id.split(":", 1)[1].split("@", 1)[0]
-            self.info.embed_usd = self.cache.prices.cost(name, Usage(prompt_tokens=tokens))
+    def _embed(self) -> tuple[str, Any]:
+        """The call's embedding text and vector, with what embedding it cost."""
+        text = embedding_text(self.policy.embed, self.options, self.messages)
+        self.info.embed_text = text
+        vector = self.cache.embed(text)
+        self.info.embed_tokens, self.info.embed_usd = self.cache.embedding_cost(text)
+        return text, vector
 
     def _serve(self, candidate: Candidate, *, explore: bool = False) -> Any:
-        # The same step SemanticCache.adapt runs, with this call's endpoint (its Shape).
-        adapted = adapt_candidate(
-            self.cache,
+        # The public hit step, with this call's endpoint (its Shape) and policy.
+        adapted = self.hits.adapt(
             candidate,
             self.options,
-            messages=[dict(m) for m in self.messages],
+            messages=self.messages,
             request=self.kwargs,
             call=self.call,
             on_invalid=self._record_invalid,
@@ -793,7 +438,7 @@ class _Call:
             prompt_tokens=prompt_tokens, completion_tokens=entry.usage.completion_tokens
         )
         self.info.tokens_avoided = avoided.total_tokens
-        self.info.avoided_usd = self.cache.prices.cost(self.model, avoided)
+        self.info.avoided_usd = self.prices.cost(self.model, avoided)
         self.info.attempts = 0
 
     def _miss(
@@ -806,13 +451,15 @@ class _Call:
     ) -> Any:
         self.info.outcome = outcome  # type: ignore[assignment]
         try:
-            result = _send_validated(
-                self.cache,
+            config = self.cache.config
+            result = send_validated(
+                self.call,
                 self.request,
                 self.validate,
-                self.call,
-                max_attempts=self.cache.config.max_attempts,
-                escalate=True,
+                prices=self.prices,
+                attempts=config.max_attempts,
+                escalate_to=config.superior_model,
+                escalation_attempts=config.escalation_attempts,
                 on_invalid=self._record_invalid,
                 shape=self.shape,
             )
@@ -850,7 +497,7 @@ class _Call:
             self.info.explore_tokens = usage.total_tokens + self.info.revise_tokens
             self.info.explore_usd = cost + self.info.revise_usd
 
-    def _store(self, result: _Attempts, vector: Any, text: str) -> None:
+    def _store(self, result: Attempts, vector: Any, text: str) -> None:
         # A failure to store never breaks the caller's call: the answer is valid and paid for.
         try:
             entry = CacheEntry(
@@ -886,7 +533,7 @@ class _Call:
         self.info.cost_usd += self.info.embed_usd
 
     def _account(self) -> None:
-        self.cache.ledger.record(self.info)
+        self.cache.record(self.info)
 
     def _record(self, build: Callable[[], RecordedCall]) -> None:
         """Append a record; a failure is counted (``record_failed``), never raised."""
@@ -941,8 +588,6 @@ def _jsonable_params(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _jsonable(params: Mapping[str, Any]) -> dict[str, Any]:
-    import json
-
     try:
         json.dumps(params)
         return dict(params)
@@ -961,7 +606,7 @@ class StreamedCall:
     stream broke off or was closed early: such an answer is never stored).
     """
 
-    def __init__(self, call: _Call) -> None:
+    def __init__(self, call: _CachedCall) -> None:
         self._call = call
         self.request: dict[str, Any] = call.request
         self.served: Any = call.open_stream()
@@ -981,7 +626,7 @@ def start_streamed_call(
 ) -> StreamedCall:
     """Look a streamed request up; see :class:`StreamedCall`. ``call`` serves modifiers that
     ask the LLM (``revise``) and must return a whole response, not a stream."""
-    return StreamedCall(_Call(cache, kwargs, options, call, recorder, shape))
+    return StreamedCall(_CachedCall(cache, kwargs, options, call, recorder, shape))
 
 
 def run_cached_call(
@@ -994,4 +639,4 @@ def run_cached_call(
 ) -> tuple[Any, CallInfo]:
     """Answer one request through the cache: ``chat.completions.create`` unless ``shape``
     says which other endpoint (the response is then that endpoint's type)."""
-    return _Call(cache, kwargs, options, call, recorder, shape).run()
+    return _CachedCall(cache, kwargs, options, call, recorder, shape).run()

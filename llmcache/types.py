@@ -1,0 +1,30 @@
+"""The data types that cross llmcache's boundaries: stored entries, candidates and what a hit
+made of them, tables, similarities, token usage, prices and per-table statistics."""
+
+from __future__ import annotations
+
+from ._ledger import Price, PriceTable, TableStats
+from ._template import FilledPrompt
+from ._types import (
+    Adapted,
+    CacheEntry,
+    Candidate,
+    Partition,
+    Similarity,
+    Usage,
+    Verdict,
+)
+
+__all__ = [
+    "Adapted",
+    "CacheEntry",
+    "Candidate",
+    "FilledPrompt",
+    "Partition",
+    "Price",
+    "PriceTable",
+    "Similarity",
+    "TableStats",
+    "Usage",
+    "Verdict",
+]
