@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmcache import ConfigurationError, Embedder, EmbedMode, Mode
+from llmcache import EmbedMode, Mode
+from llmcache.embedders import Embedder
+from llmcache.errors import ConfigurationError
 
 from .config import SimConfig
 from .llm import DEFAULT_CONCURRENCY, DEFAULT_RATING_BATCH, open_town_llm
@@ -61,7 +63,7 @@ def _embedder(name: str) -> Embedder:
         from llmcache.testing import HashEmbedder
 
         return HashEmbedder()
-    from llmcache import default_embedder
+    from llmcache.embedders import default_embedder
 
     return default_embedder()
 

@@ -29,18 +29,15 @@ from llmcache import (
     CachedLLM,
     CacheOptions,
     CategoryPolicy,
-    Choose,
-    Embedder,
     EmbedMode,
-    InvalidResponseError,
     LLMCacheError,
     Mode,
-    ModifyContext,
-    Read,
-    Recorder,
-    Revise,
     SemanticCache,
 )
+from llmcache.embedders import Embedder
+from llmcache.errors import InvalidResponseError
+from llmcache.modifiers import Choose, ModifyContext, Read, Revise
+from llmcache.recording import Recorder
 
 from .call import TownCall, town_call
 from .ratings import BATCHED_CATEGORY, RatingBatcher

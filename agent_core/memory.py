@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from llmcache import Embedder
+from llmcache.embedders import Embedder
 
 __all__ = ["EmbeddingMemo", "Memory", "MemoryStream", "normalise"]
 

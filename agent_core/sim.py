@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from llmcache import Embedder
+from llmcache.embedders import Embedder
 
 from .agent import Agent, Town
 from .clock import MINUTES_PER_DAY, Clock

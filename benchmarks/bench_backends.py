@@ -42,15 +42,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from llmcache import (
-    CacheBackend,
-    CacheEntry,
-    EmbedMode,
-    LocalBackend,
-    Partition,
-    PgBackend,
-    Usage,
-)
+from llmcache import EmbedMode
+from llmcache.storage import CacheBackend, LocalBackend, PgBackend
+from llmcache.types import CacheEntry, Partition, Usage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from bench_models import header_line, machine_info  # a sibling script (benchmarks/ is on the path)

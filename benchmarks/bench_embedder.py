@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from bench_models import header_line, machine_info  # beside this file
 
-from llmcache import BatchingEmbedder, Embedder, MiniLMEmbedder
+from llmcache.embedders import BatchingEmbedder, Embedder, MiniLMEmbedder
 from llmcache.testing import HashEmbedder
 
 NAMES = [

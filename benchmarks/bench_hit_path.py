@@ -27,14 +27,9 @@ from bench_models import header_line, machine_info  # beside this file
 from dev_set import quora_vectors
 from numpy.typing import NDArray
 
-from llmcache import (
-    CacheConfig,
-    CachedLLM,
-    CacheEntry,
-    CacheOptions,
-    LocalBackend,
-    SemanticCache,
-)
+from llmcache import CacheConfig, CachedLLM, CacheOptions, SemanticCache
+from llmcache.storage import LocalBackend
+from llmcache.types import CacheEntry
 from llmcache.testing import FakeOpenAI
 
 DIM = 384

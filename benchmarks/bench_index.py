@@ -41,7 +41,7 @@ from bench_models import header_line, machine_info  # beside this file
 from dev_set import quora_vectors  # beside this file
 from numpy.typing import NDArray
 
-from llmcache import AutoIndex, ExactIndex, HnswIndex
+from llmcache.index import AutoIndex, ExactIndex, HnswIndex
 
 
 def unit_rows(

@@ -24,7 +24,7 @@ from bench_models import header_line, machine_info  # beside this file
 
 from agent_core import GROUPS, TEMPLATES, Simulation, load_agents, open_town_llm
 from agent_core.testing import ScriptedLLM
-from llmcache import Embedder
+from llmcache.embedders import Embedder
 
 STUDY_RUNS = (17_201, 23_600, 20_994, 18_908, 21_715)
 STUDY_DAYS = 15
@@ -52,7 +52,7 @@ def embedder_named(name: str) -> Embedder:
         from llmcache.testing import HashEmbedder
 
         return HashEmbedder()
-    from llmcache import default_embedder
+    from llmcache.embedders import default_embedder
 
     return default_embedder()
 

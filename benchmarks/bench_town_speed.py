@@ -29,7 +29,9 @@ from bench_models import header_line, machine_info  # a sibling script (benchmar
 from pydantic import BaseModel
 
 from agent_core import Simulation, load_agents, open_town_llm
-from llmcache import Mode, default_embedder, read_records
+from llmcache import Mode
+from llmcache.embedders import default_embedder
+from llmcache.recording import read_records
 from llmcache.llm import open_llm
 
 MODES = {"no cache": Mode.OFF, "cold": Mode.ONLINE, "warm": Mode.ONLINE}

@@ -63,16 +63,9 @@ from bench_models import header_line, machine_info  # beside this file
 from dev_set import QUORA, embed_cached  # beside this file
 from numpy.typing import NDArray
 
-from llmcache import (
-    CacheConfig,
-    CachedLLM,
-    CacheOptions,
-    LLMVerifier,
-    Mode,
-    SemanticCache,
-    Verdict,
-    Verifier,
-)
+from llmcache import CacheConfig, CachedLLM, CacheOptions, Mode, SemanticCache
+from llmcache.types import Verdict
+from llmcache.verification import LLMVerifier, Verifier
 from llmcache.testing import FakeOpenAI
 
 DATA = QUORA

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from llmcache import MiniLMEmbedder
+from llmcache.embedders import MiniLMEmbedder
 
 __all__ = ["QUORA", "embed_cached", "quora_vectors"]
 

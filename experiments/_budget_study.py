@@ -34,7 +34,8 @@ from typing import Any
 
 from agent_core import TextAgreement, TownCall
 from agent_core.llm import cache_config, town_options, town_request
-from llmcache import CachedLLM, CacheOptions, Embedder, EmbedMode, Mode, SemanticCache
+from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, SemanticCache
+from llmcache.embedders import Embedder
 
 from ._cost import study_price_table
 from ._cost_study import ReplayClient

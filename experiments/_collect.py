@@ -25,7 +25,9 @@ from agent_core import Simulation
 from agent_core.llm import open_town_llm
 from agent_core.persona import load_agents
 from agent_core.sim import RunSummary
-from llmcache import Embedder, Mode, read_records
+from llmcache import Mode
+from llmcache.embedders import Embedder
+from llmcache.recording import read_records
 from llmcache.llm import cpu_model, vector_isa
 
 from ._data import load_run

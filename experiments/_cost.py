@@ -35,7 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from experiments._results import GroupCost, ModeCost
-from llmcache import Price, PriceTable
+from llmcache.types import Price, PriceTable
 
 __all__ = [
     "LOCAL_EMBEDDER_PRICES",

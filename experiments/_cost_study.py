@@ -28,7 +28,8 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
 
 from agent_core.llm import cache_config, town_options, town_request
-from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, PriceTable, SemanticCache
+from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, SemanticCache
+from llmcache.types import PriceTable
 
 from ._cost import (
     LOCAL_EMBEDDER_PRICES,

@@ -4,7 +4,7 @@ A run is the JSONL dataset ``python -m agent_core run`` (or ``experiments collec
 through llmcache's ``Recorder``. As in the study, resubmitted answers (``invalid_attempt``
 lines) and the dialogue categories (never cached) are dropped; what remains is one
 :class:`Prompt` per logical call, with both embedding descriptions computed the way the cache
-computes them (``llmcache._keys.embedding_text``), so an experiment and a live cache agree.
+computes them (``llmcache._filing.embedding_text``), so an experiment and a live cache agree.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from pydantic import BaseModel
 
 from agent_core.call import TownCall
 from agent_core.templates import GROUPS, template
-from llmcache import CacheOptions, Embedder, EmbedMode, RecordedCall, embedding_text, read_records
+from llmcache import CacheOptions, EmbedMode
+from llmcache.embedders import Embedder, embedding_text
+from llmcache.recording import RecordedCall, read_records
 
 __all__ = [
     "DIALOGUE_GROUP",

@@ -22,17 +22,9 @@ from typing import Any, Literal
 import numpy as np
 
 from agent_core.llm import cache_config, town_options, town_request
-from llmcache import (
-    CacheEntry,
-    Candidate,
-    Embedder,
-    EmbedMode,
-    Partition,
-    PriceTable,
-    SemanticCache,
-    Similarity,
-    Usage,
-)
+from llmcache import EmbedMode, SemanticCache
+from llmcache.embedders import Embedder
+from llmcache.types import CacheEntry, Candidate, Partition, PriceTable, Similarity, Usage
 
 from ._cost import study_price_table
 from ._data import MODES, EmbeddingStore, Prompt

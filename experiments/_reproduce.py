@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from llmcache import Embedder, default_embedder
+from llmcache.embedders import Embedder, default_embedder
 from llmcache.llm import LLMConnection, open_llm
 
 from ._budget_study import budget_study

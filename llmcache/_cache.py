@@ -114,11 +114,13 @@ class SemanticCache:
     """A semantic cache on disk (or in a database): tables of answers found by similarity.
 
     ``location`` is a directory (the default backend: diskcache entries + hnswlib indexes), a
-    ``postgresql://`` DSN, or any :class:`~llmcache.storage.CacheBackend`. ``embedder`` defaults to the
+    ``postgresql://`` DSN, or any :class:`~llmcache.storage.CacheBackend`. ``embedder`` defaults to
+    the
     local MiniLM model. Opening a cache built with another embedder or dimension raises
     :class:`~llmcache.errors.EmbedderMismatchError`.
 
-    Bounds (``CacheConfig(max_entries=..., ttl_seconds=...)``, see :class:`~llmcache.storage.Limits`)
+    Bounds (``CacheConfig(max_entries=..., ttl_seconds=...)``, see
+    :class:`~llmcache.storage.Limits`)
     are kept on every write and recorded in the store, so that every process sharing the cache
     keeps the same ones. ``clock`` says what time it is for them (default ``time.time``): give a
     simulation's clock, in seconds, and entries expire and age in simulated time.

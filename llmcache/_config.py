@@ -88,13 +88,16 @@ class CacheConfig(BaseModel):
     ``wrong_hit_budget`` (δ, e.g. 0.02; ``None``: off) replaces the static ``threshold`` of a
     table in ``online`` mode by one learned from labels, kept so that the estimated rate of
     wrong hits stays at or under δ (docs/wrong-hit-budget.md). Labels compare a cached answer
-    with a fresh one by the category's ``equivalence`` (an :class:`~llmcache.verification.Equivalence`;
-    default :func:`~llmcache.verification.same_answer`). Categories and calls may set their own of both.
+    with a fresh one by the category's ``equivalence`` (an
+    :class:`~llmcache.verification.Equivalence`;
+    default :func:`~llmcache.verification.same_answer`). Categories and calls may set their own of
+    both.
     ``explore_seed`` seeds the draws that pick which would-be hits are explored (``None``:
     unseeded), so a replayed stream explores the same calls again; it is read when the cache
     is opened, and views made by :meth:`~llmcache.SemanticCache.with_config` share its draws.
 
-    ``verifier`` (a :class:`~llmcache.verification.Verifier`, e.g. :class:`~llmcache.verification.LLMVerifier`; ``None``:
+    ``verifier`` (a :class:`~llmcache.verification.Verifier`, e.g.
+    :class:`~llmcache.verification.LLMVerifier`; ``None``:
     off) re-scores, in ``online`` mode, a *near miss*: a nearest entry whose cosine lies in
     ``[threshold - verify_band, threshold)``, the threshold being the one in force (static or
     learned). ``verify_path="request"`` asks before answering: a yes is served as a hit, a no

@@ -1,6 +1,7 @@
 """Embedders: the local default (all-MiniLM-L6-v2, int8 ONNX), OpenAI's API, and a memo layer.
 
-Every embedder here satisfies :class:`~llmcache.embedders.Embedder`: ``embed(texts)`` returns a float32
+Every embedder here satisfies :class:`~llmcache.embedders.Embedder`: ``embed(texts)`` returns a
+float32
 array of shape ``(len(texts), dim)`` whose rows have unit L2 norm, and ``model_id`` changes
 whenever the vectors would.
 """

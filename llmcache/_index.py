@@ -5,7 +5,8 @@
 - :class:`ExactIndex` — numpy brute force: exact, cheap to insert, search time linear in size.
   The reference the tests compare HNSW against.
 - :class:`AutoIndex` — exact while the table is small, HNSW once it is large (the default of
-  :class:`~llmcache.storage.LocalBackend`; the crossover is measured by ``benchmarks/bench_index.py``).
+  :class:`~llmcache.storage.LocalBackend`; the crossover is measured by
+  ``benchmarks/bench_index.py``).
 
 Every index normalises vectors itself, so similarities are true cosines even when a caller's
 vectors are slightly off unit length, and every index serialises its operations behind a lock:

@@ -42,7 +42,8 @@ _SAID = re.compile(r'"same"\s*:\s*(true|false)', re.IGNORECASE)
 
 
 class LLMVerifier:
-    """A :class:`~llmcache.verification.Verifier` that asks any OpenAI-compatible chat model a short yes/no
+    """A :class:`~llmcache.verification.Verifier` that asks any OpenAI-compatible chat model a
+    short yes/no
     question: would one answer serve both requests? The answer is constrained to the JSON
     schema ``{"same": true|false}``.
 

@@ -5,7 +5,8 @@ Each protocol lists everything llmcache calls on it. The embedded defaults are
 :class:`~llmcache.embedders.MiniLMEmbedder` (an :class:`Embedder`), an index per table that searches
 exactly while the table is small and with :class:`~llmcache.index.HnswIndex` once it grows (a
 :class:`VectorIndex`, made by ``LocalBackend(index_factory=...)``), and
-:class:`~llmcache.storage.LocalBackend` (a :class:`BoundedBackend`; :class:`~llmcache.storage.PgBackend` is the
+:class:`~llmcache.storage.LocalBackend` (a :class:`BoundedBackend`;
+:class:`~llmcache.storage.PgBackend` is the
 other).
 
 Storage is plugged in whole, as a :class:`CacheBackend`: the entry store inside
@@ -103,7 +104,8 @@ class VectorIndex(Protocol):
 class CacheBackend(Protocol):
     """Everything the cache core needs from storage: entries, nearest-neighbour search, counters.
 
-    :class:`~llmcache.storage.LocalBackend` keeps entries in a directory with one :class:`VectorIndex`
+    :class:`~llmcache.storage.LocalBackend` keeps entries in a directory with one
+    :class:`VectorIndex`
     per partition; :class:`~llmcache.storage.PgBackend` is a database with vector search. A backend
     that also keeps entry times is a :class:`BoundedBackend` and can be bounded.
     """
@@ -209,7 +211,8 @@ class Equivalence(Protocol):
     same thing: how a wrong-hit budget labels its tables. Both are answer texts.
 
     Supplied per category or per call as validators are; the default is
-    :func:`~llmcache.verification.same_answer` (equal JSON values, else equal texts up to whitespace and case).
+    :func:`~llmcache.verification.same_answer` (equal JSON values, else equal texts up to
+    whitespace and case).
     """
 
     def __call__(self, cached: str, fresh: str) -> bool: ...

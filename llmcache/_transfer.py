@@ -1,7 +1,8 @@
 """Copying a cache between backends: a table built on a laptop seeds a cluster, and back.
 
 ``transfer(src, dst)`` copies every entry of every partition of ``src`` into ``dst`` (any two
-:class:`~llmcache.storage.CacheBackend` s: a cache directory, a Postgres schema, a fake). Entries keep
+:class:`~llmcache.storage.CacheBackend` s: a cache directory, a Postgres schema, a fake). Entries
+keep
 everything but their id, which ``dst`` assigns. The destination must be empty or built with the
 same embedder: vectors of different embedders cannot be compared, so a mismatch is refused before
 anything is copied. Entries already present in ``dst`` (same partition, text, answer and vector)
@@ -73,7 +74,8 @@ def transfer(
 
     ``partitions`` limits the copy to those tables. ``stats=True`` also adds ``src``'s
     counters to ``dst``'s (counters only add up, so do that once per source). Raises
-    :class:`~llmcache.errors.EmbedderMismatchError` before copying anything when ``dst`` was built with
+    :class:`~llmcache.errors.EmbedderMismatchError` before copying anything when ``dst`` was built
+    with
     another embedder, or when ``src`` holds vectors of more than one embedder.
     """
     manifest = src.read_manifest()

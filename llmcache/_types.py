@@ -367,7 +367,8 @@ class Adapted(BaseModel):
 
 
 class Verdict(BaseModel):
-    """A :class:`~llmcache.verification.Verifier`'s answer: does a cached entry answer the new query?
+    """A :class:`~llmcache.verification.Verifier`'s answer: does a cached entry answer the new
+    query?
 
     ``same`` is the verdict. ``usage`` is what asking cost in tokens and ``model`` the model
     that spent them: the cache prices them with its own :class:`~llmcache.types.PriceTable` (so a

@@ -7,7 +7,8 @@ request's keyword arguments verbatim and answer with text from a responder you s
 SDK's real types (``ChatCompletion``, a stream of ``ChatCompletionChunk``, ``Response``, and
 the ``ParsedChatCompletion`` / ``ParsedResponse`` the SDK's own helpers parse them into, as the
 real client does). :class:`HashEmbedder` is a deterministic embedder, and
-:class:`ScriptedVerifier` a :class:`~llmcache.verification.Verifier` whose verdicts you write. None of them
+:class:`ScriptedVerifier` a :class:`~llmcache.verification.Verifier` whose verdicts you write. None
+of them
 produce results anyone should read as measured.
 
 A responder may also return a whole response body (a mapping, e.g. an answer made of tool
@@ -107,7 +108,8 @@ def scripted(answers: Iterable[str | Mapping[str, Any] | ChatCompletion]) -> Res
 
 
 class ScriptedVerifier:
-    """A :class:`~llmcache.verification.Verifier` test double: ``decide(query, cached)`` gives the verdict
+    """A :class:`~llmcache.verification.Verifier` test double: ``decide(query, cached)`` gives the
+    verdict
     (``True``/``False``), or raises to play a verifier that fails. Every question is kept in
     ``calls`` as ``(query, cached, cosine)``; each verdict reports ``tokens`` prompt tokens
     spent on ``model`` (priced by the cache's price table).

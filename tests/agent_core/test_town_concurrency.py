@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletion
 from agent_core import Simulation, TownLLM, load_agents, template
 from agent_core.call import town_call
 from agent_core.testing import ScriptedLLM
-from llmcache import read_records
+from llmcache.recording import read_records
 from llmcache.testing import HashEmbedder
 
 MakeLLM = Callable[..., TownLLM]

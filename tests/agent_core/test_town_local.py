@@ -14,7 +14,7 @@ import pytest
 
 from agent_core import Requirements, TownLLM, open_town_llm
 from agent_core.templates import FINDING_LOCATION, IMPORTANCE
-from llmcache import Mode, read_records
+from llmcache import Mode
 from llmcache.llm import (
     DEFAULT_MODEL,
     LocalServer,
@@ -22,6 +22,7 @@ from llmcache.llm import (
     find_llama_server,
     find_model,
 )
+from llmcache.recording import read_records
 from llmcache.testing import HashEmbedder
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,8 @@ from agent_core import Simulation, TownCall, load_agents, open_town_llm, templat
 from agent_core.call import town_call
 from agent_core.ratings import RatingBatcher, batch_request
 from agent_core.testing import ScriptedLLM
-from llmcache import Mode, read_records
+from llmcache import Mode
+from llmcache.recording import read_records
 from llmcache.testing import HashEmbedder
 
 IMPORTANCE = template("importance score")

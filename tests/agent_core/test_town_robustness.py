@@ -23,7 +23,7 @@ from agent_core import (
 )
 from agent_core.agent import Task, converse
 from agent_core.testing import ScriptedLLM
-from llmcache import read_records
+from llmcache.recording import read_records
 from llmcache.testing import HashEmbedder
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from agent_core import Requirements, RunSummary, Simulation, TownLLM, load_agents, template
 from agent_core.__main__ import main
-from llmcache import Mode, RecordedCall, read_records
+from llmcache import Mode
+from llmcache.recording import RecordedCall, read_records
 from llmcache.testing import HashEmbedder
 
 MakeLLM = Callable[..., TownLLM]

@@ -12,7 +12,8 @@ from agent_core import CATEGORIES, GROUPS, TEMPLATES, Requirements, hhmm, templa
 from agent_core.llm import cache_config, category_policy
 from agent_core.revise import REVISION_BUILDERS
 from agent_core.templates import category_of_schema_name
-from llmcache import Choose, Mode, Read, Revise
+from llmcache import Mode
+from llmcache.modifiers import Choose, Read, Revise
 
 EXPECTED = {
     # category: (group, modifier; None = bypass)

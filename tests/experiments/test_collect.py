@@ -12,7 +12,7 @@ from agent_core import Simulation, load_agents, open_town_llm
 from agent_core.testing import ScriptedLLM
 from experiments import STANDARD, Profile
 from experiments._collect import collect, run_paths
-from llmcache import read_records
+from llmcache.recording import read_records
 from llmcache.testing import HashEmbedder
 
 

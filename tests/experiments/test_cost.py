@@ -16,7 +16,7 @@ from experiments._cost import (
     mode_costs,
     no_cache_cost,
 )
-from llmcache import PriceTable
+from llmcache.types import PriceTable
 
 EXACT = 1e-12
 

@@ -31,8 +31,8 @@ from experiments._results import (
     QualityResult,
     load_result,
 )
-from llmcache import RecordedCall, Recorder
 from llmcache.llm import LLMBackend, LLMKind
+from llmcache.recording import RecordedCall, Recorder
 from llmcache.testing import HashEmbedder
 
 
