@@ -1,33 +1,55 @@
-"""The wrong-hit budget: a threshold per table, learned online from labels.
+"""The wrong-hit budget: a threshold per table, learned online from labels, that bounds the
+*excess* of wrong hits over the model's own variability.
 
-A table under a budget δ (``wrong_hit_budget``) keeps its *estimated* rate of wrong hits at or
-under δ: it serves a hit only at a cosine at or above the lowest threshold ``t`` for which the
-one-sided 95% Wilson upper bound of the wrong-hit rate among labelled lookups with best cosine
-``≥ t`` is at most δ. The idea (a user error bound, thresholds learned from labels) is vCache's;
-this is a reimplementation of it per table, not per entry, and shares no code with it.
+A model that samples disagrees with itself: asked one prompt twice, it often answers two ways
+that its own equivalence would not call the same. So "the cached answer differs from a freshly
+paid one" is not, by itself, a wrong hit. A table under a budget δ (``wrong_hit_budget``) serves
+a hit only at a cosine at or above the lowest threshold ``t`` for which the one-sided 95% upper
+bound of
 
-Labels are ``(cosine of the nearest entry, did its answer answer the query)`` and cost little:
+    excess(t) = P(a hit at cosine ≥ t is not acceptable) - P(a second fresh answer is not)
+
+is at most δ. The bound is Newcombe's hybrid score interval for a difference of two
+proportions (its "method 10"), built from the Wilson intervals of the two rates. The second
+rate is the model's **self-disagreement**, measured on *pairs* of fresh answers to one prompt
+under the same equivalence. For a deterministic upstream it is 0, and then the bound is the
+Wilson upper bound of the plain wrong-hit rate: one rule, not two modes. The idea of a user
+error bound with thresholds learned from labels is vCache's; this is a reimplementation per
+table, relative to the model's variability, and shares no code with it.
+
+Labels are ``(cosine of the nearest entry, was its answer acceptable)`` and cost little:
 
 - a **miss** whose nearest entry could be served without the LLM (``read``, ``choose``) is
   labelled for free by comparing that entry's answer with the answer just paid for;
-- a would-be **hit** is *explored* -- always until the table's labels prove a threshold, then
-  with a small probability that decays with the table's explorations: the LLM is called as on
-  a miss, the two answers compared, and the paid answer served (a paid answer is never
-  dropped), so nothing is served before there is evidence for it;
+- a would-be **hit** is *explored* -- always until labels prove a threshold, then with a small
+  probability that decays with the explorations: the LLM is called as on a miss, the two
+  answers compared, and the paid answer served (a paid answer is never dropped), so nothing is
+  served before there is evidence for it;
 - a served answer that fails the query's validator is a wrong label, and so is a caller's
   ``SemanticCache.feedback(info, ok=False)`` (``ok=True`` a correct one).
 
+Pairs come from labels whose cached entry answered the very same prompt (an explored hit or a
+miss on an identical prompt: two fresh answers), and, while a pool has fewer pairs than its
+estimate needs, from **twins**: a sampled share of misses asked twice.
+
+**Pooling.** Tables that share a category and output parameters (one template, many agents)
+add every label and pair to their *pool* as well. A table serves at the lowest threshold that
+either its own labels prove, or its pool's labels prove while its own do not show it over
+budget there (their lower bound above δ): a table with little evidence of its own borrows its
+template's, and one that is worse than the rest is held back whatever the pool says. Only
+evidence is pooled; answers never leave their table. Pooling assumes that a template's tables
+share one relation between cosine and acceptability (docs/wrong-hit-budget.md).
+
 A verifier's verdict is not a label where answers can be compared: it is a guess, and a budget
 kept on guesses holds only as far as the guesser is right. Instead, a table keeps a second
-stream of labels, ``verified``: the labels of near misses the verifier said yes to. On the
-request path a yes is a would-be hit of that stream, served only at cosines its own labels
-prove within the budget and explored like any would-be hit until then, so the verifier's own
-errors count against δ (``_cached_call.py``).
+stream of labels, ``verified``: the labels of near misses the verifier said yes to, learned and
+explored by the same rule (``_cached_call.py``).
 
-Labels are kept as counters of the table (``wh_ok_<bin>`` / ``wh_bad_<bin>``, bins of 0.005
-cosine from 0.5 up), written through the ledger like every other counter: so they persist with
-the table in every backend, add up across processes, and survive reopening. A process reads the
-other processes' labels when it opens the table and every ``_RELOAD_S`` seconds after.
+Labels are kept as counters of the table and of its pool (``wh_ok_<bin>`` / ``wh_bad_<bin>``,
+bins of 0.005 cosine from 0.5 up; pairs as ``sd_same`` / ``sd_diff``), written through the
+ledger like every other counter: so they persist in every backend, add up across processes and
+survive reopening. A table's counters name its pool (``max_pool_<key>``, written with every
+call's counters), so that ``stats`` can read a table with its pool's evidence.
 
 Comparing miss labels (every miss below the threshold) with explored ones (a sample above it)
 over-weights the band just under the threshold. Where wrong hits grow rarer with similarity, as
@@ -37,6 +59,7 @@ they do, that makes the estimate for a lower threshold pessimistic, never optimi
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import threading
@@ -45,8 +68,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._ledger import Ledger, TableStats
+from ._ledger import POOL_MARKER, Ledger, TableStats
 from ._protocols import CacheBackend
+
+logger = logging.getLogger("llmcache")
 
 __all__ = [
     "BIN_WIDTH",
@@ -55,10 +80,16 @@ __all__ = [
     "NO_HIT_THRESHOLD",
     "STRICT_THRESHOLD",
     "BudgetBook",
+    "Decision",
     "Labels",
     "Stream",
+    "TableEvidence",
+    "decide",
+    "excess_interval",
     "explore_probability",
     "learned_threshold",
+    "pairs_wanted",
+    "pool_of",
     "proven_threshold",
     "same_answer",
     "table_stats",
@@ -74,10 +105,10 @@ N_BINS = round((1.0 - LABEL_FLOOR) / BIN_WIDTH)
 
 # Until labels prove a threshold safe, a table under a budget considers would-be hits only at or
 # above this cosine, and explores every one of them (serves none). When labels show even this
-# to be over budget (its lower bound above δ), only exact repeats remain candidates; when they
-# show that even near-identical prompts (the top bin, cosine ≥ 0.995) get answers that
-# disagree more often than δ -- an LLM that samples answers its own prompt differently --
-# nothing hits. Misses keep labelling the table, so it can earn its hits back.
+# to be over budget (the lower bound of its excess above δ), only exact repeats remain
+# candidates; when they show that even near-identical prompts (the top bin, cosine ≥ 0.995)
+# get answers worse than the model's own second answers by more than δ, nothing hits. Misses
+# keep labelling the table, so it can earn its hits back.
 STRICT_THRESHOLD = 0.97
 EXACT_THRESHOLD = 1.0 - 1e-6  # identical texts embed to cosines a rounding error under 1
 NO_HIT_THRESHOLD = 2.0  # above every cosine
@@ -87,12 +118,19 @@ _Z_ONE_SIDED = 1.6449
 _Z_TWO_SIDED = 1.96
 
 # Exploration: until labels prove a threshold safe, every would-be hit is also paid for (an
-# unproven threshold must not serve: with long shared templates or an LLM that samples, even
-# cosine 0.97 can be wrong far more often than δ). Once proven, the probability is
-# START / (1 + explored), decaying like 1/n and never under FLOOR (a table keeps being watched
-# as its traffic drifts).
+# unproven threshold must not serve). Once proven, the probability is START / (1 + explored),
+# decaying like 1/n and never under FLOOR (a table keeps being watched as its traffic drifts).
 _EXPLORE_START = 5.0
 _EXPLORE_FLOOR = 0.005
+
+# Twins: a miss is asked twice (with probability ``twin_rate``) while its pool has fewer pairs
+# than its estimate can use: at least TWIN_MIN (enough to see a sampling model disagree with
+# itself at all), and, once it has, as many as the labels at the threshold being tested
+# (a difference of two rates is estimated best with as many of each), up to TWIN_MAX. A pool
+# whose pairs never disagreed needs no more: its self-disagreement bound is 0 whatever more
+# agreeing pairs come.
+TWIN_MIN = 20
+TWIN_MAX = 2000
 
 # How often a process re-reads labels other processes added.
 _RELOAD_S = 30.0
@@ -130,6 +168,29 @@ def wilson_interval(wrong: int, n: int, z: float = _Z_TWO_SIDED) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def excess_interval(
+    wrong: int, n: int, disagree: int, pairs: int, z: float = _Z_TWO_SIDED
+) -> tuple[float, float]:
+    """The interval of ``wrong / n - disagree / pairs``: Newcombe's hybrid score interval for
+    a difference of two independent proportions, from the Wilson interval of each.
+
+    Without pairs the second rate is taken as 0 (no credit for variability nobody measured),
+    so the interval is the first rate's own Wilson interval. Without labels it is ``(-1, 1)``.
+    """
+    if n <= 0:
+        return -1.0, 1.0
+    p1 = wrong / n
+    low1, high1 = wilson_interval(wrong, n, z)
+    if pairs <= 0:
+        return low1, high1
+    p0 = disagree / pairs
+    low0, high0 = wilson_interval(disagree, pairs, z)
+    diff = p1 - p0
+    low = diff - math.sqrt((p1 - low1) ** 2 + (high0 - p0) ** 2)
+    high = diff + math.sqrt((high1 - p1) ** 2 + (p0 - low0) ** 2)
+    return max(-1.0, low), min(1.0, high)
+
+
 def _bin(cosine: float) -> int | None:
     if cosine < LABEL_FLOOR:
         return None
@@ -144,23 +205,34 @@ def _edge(index: int) -> float:
 
 @dataclass
 class Labels:
-    """One table's labels, binned by cosine, and what exploring it has cost."""
+    """One table's (or pool's) labels, binned by cosine; its pairs of fresh answers; and what
+    exploring and twins have cost."""
 
     ok: list[int] = field(default_factory=lambda: [0] * N_BINS)
     bad: list[int] = field(default_factory=lambda: [0] * N_BINS)
     explored: int = 0
     explore_tokens: int = 0
     explore_usd: float = 0.0
+    pairs_same: int = 0
+    pairs_differ: int = 0
+    twins: int = 0
+    twin_tokens: int = 0
+    twin_usd: float = 0.0
 
     @classmethod
     def from_counters(cls, counters: Mapping[str, float], stream: Stream = "hits") -> Labels:
-        """One stream's labels from a table's counters. Exploration spend is the table's, over
-        both streams, and kept with ``hits``."""
+        """One stream's labels from a table's counters. Exploration spend, pairs and twins are
+        the table's, over both streams, and kept with ``hits``."""
         prefix = _PREFIX[stream]
         labels = cls(explored=int(counters.get(f"{prefix}explored", 0)))
         if stream == "hits":
             labels.explore_tokens = int(counters.get("wh_explore_tokens", 0))
             labels.explore_usd = float(counters.get("wh_explore_usd", 0.0))
+            labels.pairs_same = int(counters.get("sd_same", 0))
+            labels.pairs_differ = int(counters.get("sd_diff", 0))
+            labels.twins = int(counters.get("sd_twins", 0))
+            labels.twin_tokens = int(counters.get("sd_twin_tokens", 0))
+            labels.twin_usd = float(counters.get("sd_twin_usd", 0.0))
         for name, value in counters.items():
             for start, bins in ((f"{prefix}ok_", labels.ok), (f"{prefix}bad_", labels.bad)):
                 if name.startswith(start):
@@ -177,10 +249,35 @@ class Labels:
             return {}
         return {f"{_PREFIX[stream]}{'ok' if ok else 'bad'}_{index}": 1}
 
+    @staticmethod
+    def pair_delta(same: bool) -> dict[str, float]:
+        """The counters one pair of fresh answers adds."""
+        return {"sd_same" if same else "sd_diff": 1}
+
+    def copy(self) -> Labels:
+        return Labels(
+            ok=list(self.ok),
+            bad=list(self.bad),
+            explored=self.explored,
+            explore_tokens=self.explore_tokens,
+            explore_usd=self.explore_usd,
+            pairs_same=self.pairs_same,
+            pairs_differ=self.pairs_differ,
+            twins=self.twins,
+            twin_tokens=self.twin_tokens,
+            twin_usd=self.twin_usd,
+        )
+
     def add(self, cosine: float, ok: bool) -> None:
         index = _bin(cosine)
         if index is not None:
             (self.ok if ok else self.bad)[index] += 1
+
+    def add_pair(self, same: bool) -> None:
+        if same:
+            self.pairs_same += 1
+        else:
+            self.pairs_differ += 1
 
     @property
     def count(self) -> int:
@@ -189,6 +286,10 @@ class Labels:
     @property
     def wrong(self) -> int:
         return sum(self.bad)
+
+    @property
+    def pairs(self) -> int:
+        return self.pairs_same + self.pairs_differ
 
     def above(self, threshold: float) -> tuple[int, int]:
         """How many labels lie at or above ``threshold``, and how many of them are wrong."""
@@ -202,66 +303,153 @@ class Labels:
         ok, bad = sum(self.ok[start:]), sum(self.bad[start:])
         return ok + bad, bad
 
+    def excess(self, threshold: float, pairs: Labels, z: float) -> tuple[float, float] | None:
+        """The interval of the excess at ``threshold`` (self-disagreement from ``pairs``'s
+        pairs), or ``None`` without labels there."""
+        n, wrong = self.above(threshold)
+        if not n:
+            return None
+        return excess_interval(wrong, n, pairs.pairs_differ, pairs.pairs, z)
 
-def proven_threshold(labels: Labels, budget: float) -> float | None:
-    """The lowest bin edge whose labelled lookups at or above it have a one-sided 95% upper
-    bound of the wrong rate at most ``budget``; ``None`` while no edge is proven so. Only the
-    edges of bins holding labels qualify: below the lowest label there is no evidence."""
+
+@dataclass(frozen=True)
+class Decision:
+    """The threshold a table serves at under a budget: whether labels prove it (``proven``),
+    and whose labels did (``source``: ``"table"``, ``"pool"``, or ``""`` while unproven)."""
+
+    threshold: float
+    proven: bool
+    source: Literal["table", "pool", ""] = ""
+
+
+def _cumulative(labels: Labels) -> list[tuple[int, int, int]]:
+    """Per bin index: (labels in the bin, labels at or above its edge, wrong among them)."""
+    out: list[tuple[int, int, int]] = [(0, 0, 0)] * N_BINS
     n = wrong = 0
-    best: float | None = None
-    # From the top down, so that each edge's counts are the running sums.
     for index in range(N_BINS - 1, -1, -1):
         here = labels.ok[index] + labels.bad[index]
         n += here
         wrong += labels.bad[index]
-        if here and wilson_interval(wrong, n, _Z_ONE_SIDED)[1] <= budget:
-            best = _edge(index)
-    return best
+        out[index] = (here, n, wrong)
+    return out
 
 
-def learned_threshold(labels: Labels, budget: float) -> float:
-    """The threshold a table under ``budget`` uses: :func:`proven_threshold` once labels prove
-    one. Before that it is :data:`STRICT_THRESHOLD`, where every would-be hit is explored
-    (:func:`explore_probability`), so nothing unproven is served;
-    :data:`EXACT_THRESHOLD` once labels show the strict one over budget (its lower bound
-    above ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin over budget.
+def decide(
+    table: Labels, budget: float, pool: Labels | None = None, pairs: Labels | None = None
+) -> Decision:
+    """The threshold a table serves at under ``budget``, from its own labels and, when it
+    pools, its pool's (see the module documentation). The self-disagreement is measured on
+    the pairs of ``pairs`` (by default the pool's when pooling, else the table's own).
+
+    Only the edges of bins holding labels qualify: below the lowest label there is no
+    evidence. With none proven the table stays at :data:`STRICT_THRESHOLD`, where every
+    would-be hit is explored (:func:`explore_probability`), so nothing unproven is served;
+    :data:`EXACT_THRESHOLD` once labels show the strict one over budget (the lower bound of
+    its excess above ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin
+    over budget.
     """
-    best = proven_threshold(labels, budget)
-    return best if best is not None else _unproven_threshold(labels, budget)
+    if pairs is None:
+        pairs = pool if pool is not None else table
+    p_n, p_d = pairs.pairs, pairs.pairs_differ
+
+    def bounds(n: int, wrong: int) -> tuple[float, float]:
+        return excess_interval(wrong, n, p_d, p_n, _Z_ONE_SIDED)
+
+    own = _cumulative(table)
+    shared = _cumulative(pool) if pool is not None else None
+    best: Decision | None = None
+    for index in range(N_BINS - 1, -1, -1):
+        here, n, wrong = own[index]
+        own_low, own_high = bounds(n, wrong) if n else (-1.0, 1.0)
+        if here and own_high <= budget:
+            best = Decision(_edge(index), True, "table")
+            continue
+        if shared is not None:
+            pool_here, pool_n, pool_wrong = shared[index]
+            if pool_here and bounds(pool_n, pool_wrong)[1] <= budget and own_low <= budget:
+                best = Decision(_edge(index), True, "pool")
+    if best is not None:
+        return best
+    return Decision(_unproven_threshold(table, budget, pool, pairs), False)
 
 
-def _unproven_threshold(labels: Labels, budget: float) -> float:
-    """The threshold in force while no edge is proven (see :func:`learned_threshold`)."""
-    n, wrong = labels.above(STRICT_THRESHOLD)
-    if n and wilson_interval(wrong, n, _Z_ONE_SIDED)[0] > budget:
-        top = labels.ok[-1] + labels.bad[-1]
-        if top and wilson_interval(labels.bad[-1], top, _Z_ONE_SIDED)[0] > budget:
-            return NO_HIT_THRESHOLD
-        return EXACT_THRESHOLD
+def _unproven_threshold(table: Labels, budget: float, pool: Labels | None, pairs: Labels) -> float:
+    """The threshold in force while no edge is proven (see :func:`decide`)."""
+
+    def over(labels: Labels, threshold: float) -> bool:
+        interval = labels.excess(threshold, pairs, _Z_ONE_SIDED)
+        return interval is not None and interval[0] > budget
+
+    def shown_over(threshold: float) -> bool:
+        return over(table, threshold) or (pool is not None and over(pool, threshold))
+
+    if shown_over(STRICT_THRESHOLD):
+        top = _edge(N_BINS - 1)
+        return NO_HIT_THRESHOLD if shown_over(top) else EXACT_THRESHOLD
     return STRICT_THRESHOLD
+
+
+def proven_threshold(labels: Labels, budget: float) -> float | None:
+    """The lowest bin edge that ``labels`` alone prove within ``budget`` (their own pairs as
+    the self-disagreement); ``None`` while no edge is proven so."""
+    decision = decide(labels, budget)
+    return decision.threshold if decision.proven else None
+
+
+def learned_threshold(labels: Labels, budget: float, pool: Labels | None = None) -> float:
+    """The threshold a table under ``budget`` uses (:func:`decide`'s)."""
+    return decide(labels, budget, pool).threshold
 
 
 def explore_probability(explored: int, *, proven: bool = True) -> float:
     """How likely a would-be hit is to be explored, after ``explored`` explorations: always
-    while the table's threshold is not ``proven`` (:func:`proven_threshold`)."""
+    while the threshold is not ``proven``."""
     if not proven:
         return 1.0
     return max(_EXPLORE_FLOOR, min(1.0, _EXPLORE_START / (1 + max(0, explored))))
 
 
+def pairs_wanted(pairs: Labels, labels_in_force: int) -> bool:
+    """Whether an estimate with these pairs, tested against ``labels_in_force`` labels, would
+    gain from more pairs (see TWIN_MIN)."""
+    if pairs.pairs < TWIN_MIN:
+        return True
+    if pairs.pairs_differ == 0:
+        return False
+    return pairs.pairs < min(TWIN_MAX, max(TWIN_MIN, labels_in_force))
+
+
 def with_budget(
-    table: TableStats, labels: Labels, budget: float | None, verified: Labels | None = None
+    table: TableStats,
+    labels: Labels,
+    budget: float | None,
+    verified: Labels | None = None,
+    pool: Labels | None = None,
 ) -> TableStats:
-    """``table`` with its labels, exploration spend and (under a budget) the threshold in force
-    and the estimated wrong-hit rate at it, with its two-sided 95% interval; the same for its
-    ``verified`` stream when given."""
+    """``table`` with its labels, pairs, exploration and twin spend, and (under a budget) the
+    threshold in force, the estimated wrong-hit rate and excess at it with their two-sided 95%
+    intervals; the same for its ``verified`` stream when given. ``pool``: its pool's
+    evidence, when the table pools."""
+    pairs = pool if pool is not None else labels
     update: dict[str, Any] = {
         "labels": labels.count,
         "labels_wrong": labels.wrong,
         "explored": labels.explored,
         "explore_tokens": labels.explore_tokens,
         "explore_usd": labels.explore_usd,
+        "pairs": labels.pairs,
+        "twins": labels.twins,
+        "twin_tokens": labels.twin_tokens,
+        "twin_usd": labels.twin_usd,
     }
+    if pairs.pairs:
+        update |= {
+            "self_disagreement": pairs.pairs_differ / pairs.pairs,
+            "self_disagreement_ci": wilson_interval(pairs.pairs_differ, pairs.pairs),
+            "self_disagreement_pairs": pairs.pairs,
+        }
+    if pool is not None:
+        update |= {"pool_labels": pool.count}
     if verified is not None:
         update |= {
             "verified_labels": verified.count,
@@ -269,54 +457,86 @@ def with_budget(
             "verified_explored": verified.explored,
         }
     if budget is not None:
-        threshold = learned_threshold(labels, budget)
-        n, wrong = labels.above(threshold)
+        decision = decide(labels, budget, pool, pairs)
+        evidence = pool if decision.source == "pool" and pool is not None else labels
+        # Unproven, the evidence that matters is the one at the strict threshold (what keeps
+        # it closed, or will open it).
+        tested = decision.threshold if decision.proven else STRICT_THRESHOLD
+        n, wrong = evidence.above(tested)
+        excess = evidence.excess(tested, pairs, _Z_TWO_SIDED)
         update |= {
             "wrong_hit_budget": budget,
-            "threshold_in_force": threshold,
-            "closed": threshold >= NO_HIT_THRESHOLD,
+            "threshold_in_force": decision.threshold,
+            "threshold_source": decision.source or None,
+            "closed": decision.threshold >= NO_HIT_THRESHOLD,
             "labels_in_force": n,
             "wrong_rate": wrong / n if n else None,
             "wrong_rate_ci": wilson_interval(wrong, n) if n else None,
+            "excess": (wrong / n - pairs.pairs_differ / pairs.pairs if pairs.pairs else wrong / n)
+            if n
+            else None,
+            "excess_ci": excess,
         }
         if verified is not None:
-            vthreshold = learned_threshold(verified, budget)
-            vn, vwrong = verified.above(vthreshold)
+            vdecision = decide(verified, budget, pairs=pairs)
+            vn, vwrong = verified.above(vdecision.threshold)
             update |= {
-                "verified_threshold": vthreshold,
+                "verified_threshold": vdecision.threshold,
                 "verified_wrong_rate": vwrong / vn if vn else None,
                 "verified_wrong_rate_ci": wilson_interval(vwrong, vn) if vn else None,
             }
     return table.model_copy(update=update)
 
 
+def pool_of(counters: Mapping[str, float]) -> str | None:
+    """The pool key a table's counters name, if any."""
+    for name in counters:
+        if name.startswith(POOL_MARKER):
+            return name.removeprefix(POOL_MARKER)
+    return None
+
+
 def table_stats(
     counters: Mapping[str, Mapping[str, float]],
     budget_for: Callable[[str], float | None] | None = None,
 ) -> list[TableStats]:
-    """Every table's stats from the backend's counters, labels included; ``budget_for`` gives a
-    category's budget (``None``: the budget is not known, as to ``python -m llmcache stats``)."""
+    """Every table's stats from the backend's counters, labels included (each table read with
+    its pool's evidence, when it has a pool); pools themselves are not tables and are left
+    out. ``budget_for`` gives a category's budget (``None``: the budget is not known, as to
+    ``python -m llmcache stats``)."""
+    pools: dict[str, Mapping[str, float]] = {}
+    for key, table_counters in counters.items():
+        stats_key = TableStats.from_counters(key, {})
+        if stats_key.pool:
+            pools[stats_key.key] = table_counters
     tables = []
     for key, table_counters in counters.items():
         table = TableStats.from_counters(key, dict(table_counters))
+        if table.pool:
+            continue
         budget = budget_for(table.category) if budget_for is not None else None
+        pool_key = pool_of(table_counters)
+        pool_counters = pools.get(pool_key) if pool_key is not None else None
         tables.append(
             with_budget(
                 table,
                 Labels.from_counters(table_counters),
                 budget,
                 Labels.from_counters(table_counters, "verified"),
+                Labels.from_counters(pool_counters) if pool_counters is not None else None,
             )
         )
     return tables
 
 
 class BudgetBook:
-    """The labels of every table of one open cache, kept in memory and written as counters.
+    """The labels of every table (and pool) of one open cache, kept in memory and written as
+    counters.
 
     Shared by every view of the cache (like the ledger). Thresholds are recomputed only when a
-    table's labels change, so that a lookup pays a dictionary read. Every method takes the
-    table's counters' key and the stream of labels it is about (``hits`` unless said).
+    table's or its pool's labels change, so that a lookup pays a dictionary read. Every method
+    takes the table's counters' key, its pool's (``None``: the table does not pool) and the
+    stream of labels it is about (``hits`` unless said).
     """
 
     def __init__(self, backend: CacheBackend, ledger: Ledger, seed: int | None = None) -> None:
@@ -324,10 +544,10 @@ class BudgetBook:
         self._ledger = ledger
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, Stream], Labels] = {}
-        # (table, stream, budget) -> (threshold in force, whether labels prove it)
-        self._thresholds: dict[tuple[str, Stream, float], tuple[float, bool]] = {}
+        # (table, pool, stream, budget) -> the decision in force
+        self._decisions: dict[tuple[str, str | None, Stream, float], Decision] = {}
         self._loaded_at: float | None = None
-        self._random = random.Random(seed)  # seeded: a replayed stream explores the same calls
+        self._random = random.Random(seed)  # seeded: a replayed stream draws the same calls
 
     def _load(self) -> None:
         """(Re)read every table's labels: this process's are flushed first, so none is lost or
@@ -342,7 +562,7 @@ class BudgetBook:
         }
         with self._lock:
             self._tables = tables
-            self._thresholds.clear()
+            self._decisions.clear()
             self._loaded_at = time.monotonic()
 
     def _table(self, key: str, stream: Stream) -> Labels:
@@ -353,53 +573,155 @@ class BudgetBook:
             return self._tables.setdefault((key, stream), Labels())
 
     def labels(self, key: str, stream: Stream = "hits") -> Labels:
-        """A table's labels as this process knows them (a copy)."""
+        """A table's (or pool's) labels as this process knows them (a copy)."""
         table = self._table(key, stream)
         with self._lock:
-            return Labels(
-                ok=list(table.ok),
-                bad=list(table.bad),
-                explored=table.explored,
-                explore_tokens=table.explore_tokens,
-                explore_usd=table.explore_usd,
-            )
+            return table.copy()
 
-    def _state(self, key: str, budget: float, stream: Stream) -> tuple[Labels, float, bool]:
+    def decision(
+        self, key: str, budget: float, stream: Stream = "hits", pool: str | None = None
+    ) -> Decision:
+        """The threshold in force for a table's stream under ``budget``, and its proof."""
         table = self._table(key, stream)
+        shared = self._table(pool, stream) if pool is not None else None
+        # The model's variability is one whatever the stream: the pairs live with ``hits``.
+        pairs = self._table(pool if pool is not None else key, "hits")
         with self._lock:
-            cached = self._thresholds.get((key, stream, budget))
+            cached = self._decisions.get((key, pool, stream, budget))
             if cached is None:
-                best = proven_threshold(table, budget)
-                if best is None:
-                    cached = (_unproven_threshold(table, budget), False)
-                else:
-                    cached = (best, True)
-                self._thresholds[(key, stream, budget)] = cached
-            return table, cached[0], cached[1]
+                cached = decide(table, budget, shared, pairs)
+                self._decisions[(key, pool, stream, budget)] = cached
+            return cached
 
-    def threshold(self, key: str, budget: float, stream: Stream = "hits") -> float:
+    def threshold(
+        self, key: str, budget: float, stream: Stream = "hits", pool: str | None = None
+    ) -> float:
         """The threshold in force for a table's stream under ``budget``."""
-        return self._state(key, budget, stream)[1]
+        return self.decision(key, budget, stream, pool).threshold
 
-    def explore(self, key: str, budget: float, stream: Stream = "hits") -> bool:
+    def explore(
+        self, key: str, budget: float, stream: Stream = "hits", pool: str | None = None
+    ) -> bool:
         """Whether this would-be hit under ``budget`` is explored (counted as one exploration
-        of its stream when it is): always while labels prove no threshold."""
-        table, _, proven = self._state(key, budget, stream)
+        of the table's stream, and of its pool's, when it is): always while labels prove no
+        threshold; once proven, ever rarer as the evidence that proved it (the table's or its
+        pool's) is explored."""
+        decision = self.decision(key, budget, stream, pool)
+        table = self._table(key, stream)
+        shared = self._table(pool, stream) if pool is not None else None
         with self._lock:
-            chosen = self._random.random() < explore_probability(table.explored, proven=proven)
+            watched = shared if decision.source == "pool" and shared is not None else table
+            chosen = self._random.random() < explore_probability(
+                watched.explored, proven=decision.proven
+            )
             if chosen:
                 table.explored += 1
-            return chosen
+                if shared is not None:
+                    shared.explored += 1
+        if chosen and pool is not None:
+            # The table's own count is written with its call's counters (Ledger.record).
+            self._ledger.add(pool, {f"{_PREFIX[stream]}explored": 1})
+        return chosen
 
-    def add(self, key: str, cosine: float, ok: bool, stream: Stream = "hits") -> None:
-        """Record one label for a table's stream: in memory now, in its counters with the
-        ledger's next flush."""
+    def twin(self, key: str, budget: float, rate: float, pool: str | None = None) -> bool:
+        """Whether this miss under ``budget`` is also asked a second time, for a pair of fresh
+        answers: with probability ``rate`` while the pairs (the pool's, when pooling) are too
+        few for the estimate (:func:`pairs_wanted`)."""
+        if rate <= 0.0:
+            return False
+        decision = self.decision(key, budget, "hits", pool)
+        table = self._table(key, "hits")
+        pairs = self._table(pool, "hits") if pool is not None else table
+        evidence = pairs if pool is not None else table
+        threshold = decision.threshold if decision.threshold <= 1.0 else STRICT_THRESHOLD
+        with self._lock:
+            wanted = pairs_wanted(pairs, evidence.above(threshold)[0])
+            return wanted and self._random.random() < rate
+
+    def _write(self, key: str, pool: str | None, delta: Mapping[str, float]) -> None:
+        self._ledger.add(key, delta)
+        if pool is not None:
+            self._ledger.add(pool, delta)
+
+    def _changed(self, key: str, pool: str | None, streams: tuple[Stream, ...]) -> None:
+        """Forget the decisions that the changed labels of a table and its pool feed: the
+        table's own, and every table's of the pool (called with the lock held)."""
+        stale = [
+            k
+            for k in self._decisions
+            if k[2] in streams and (k[0] == key or (pool is not None and k[1] == pool))
+        ]
+        for cached in stale:
+            del self._decisions[cached]
+
+    def add(
+        self, key: str, cosine: float, ok: bool, stream: Stream = "hits", pool: str | None = None
+    ) -> None:
+        """Record one label for a table's stream (and its pool's): in memory now, in their
+        counters with the ledger's next flush."""
         delta = Labels.delta(cosine, ok, stream)
         if not delta:
             return
         table = self._table(key, stream)
+        shared = self._table(pool, stream) if pool is not None else None
         with self._lock:
             table.add(cosine, ok)
-            for cached in [k for k in self._thresholds if k[:2] == (key, stream)]:
-                del self._thresholds[cached]
-        self._ledger.add(key, delta)
+            if shared is not None:
+                shared.add(cosine, ok)
+            self._changed(key, pool, (stream,))
+        self._write(key, pool, delta)
+
+    def add_pair(self, key: str, same: bool, pool: str | None = None) -> None:
+        """Record one pair of fresh answers to one prompt (``same``: the equivalence called
+        them the same) for a table and its pool."""
+        table = self._table(key, "hits")
+        shared = self._table(pool, "hits") if pool is not None else None
+        with self._lock:
+            table.add_pair(same)
+            if shared is not None:
+                shared.add_pair(same)
+            # Pairs are the self-disagreement of both streams.
+            self._changed(key, pool, ("hits", "verified"))
+        self._write(key, pool, Labels.pair_delta(same))
+
+
+class TableEvidence:
+    """One call's view of its table's evidence: the book, keyed by the table's counters and its
+    pool's (``None``: the table does not pool). Keeping a budget must never break a call, so
+    every step that fails (a store that cannot be read) logs and goes on with ``default``."""
+
+    def __init__(self, book: BudgetBook, key: str, pool: str | None) -> None:
+        self.book = book
+        self.key = key
+        self.pool = pool
+
+    def _safely(self, step: Callable[[], Any], default: Any) -> Any:
+        try:
+            return step()
+        except Exception:
+            logger.warning("wrong-hit budget unavailable for this call", exc_info=True)
+            return default
+
+    def threshold(self, budget: float, stream: Stream = "hits", *, default: float) -> float:
+        result: float = self._safely(
+            lambda: self.book.threshold(self.key, budget, stream, self.pool), default
+        )
+        return result
+
+    def explore(self, budget: float, stream: Stream = "hits", *, default: bool) -> bool:
+        result: bool = self._safely(
+            lambda: self.book.explore(self.key, budget, stream, self.pool), default
+        )
+        return result
+
+    def twin(self, budget: float, rate: float) -> bool:
+        result: bool = self._safely(
+            lambda: self.book.twin(self.key, budget, rate, self.pool), False
+        )
+        return result
+
+    def label(self, cosine: float, ok: bool, stream: Stream = "hits") -> None:
+        self._safely(lambda: self.book.add(self.key, cosine, ok, stream, self.pool), None)
+
+    def pair(self, same: bool) -> None:
+        self._safely(lambda: self.book.add_pair(self.key, same, self.pool), None)

@@ -6,12 +6,13 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,6 +45,7 @@ _SINGLE_FLIGHT_WAIT_S = 300.0
 _WRITE_BUDGET = 64
 
 EntryCheck = Callable[[CacheEntry], "str | None"]
+T = TypeVar("T")
 
 # How far a fetched entry's own cosine may fall short of an unfetched candidate's index score
 # and still be taken as at least as good (float32 index scores against float64 cosines).
@@ -108,6 +110,8 @@ class _Tables:
     verifications: VerifyQueue
     inflight: dict[tuple[str, str], threading.Event] = field(default_factory=dict)
     inflight_lock: threading.Lock = field(default_factory=threading.Lock)
+    draws: random.Random = field(default_factory=random.Random)
+    draws_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class SemanticCache:
@@ -161,7 +165,14 @@ class SemanticCache:
             raise
         ledger = Ledger(backend)
         book = BudgetBook(backend, ledger, seed=self.config.explore_seed)
-        return _Tables(backend, ledger, stored_limits, book, VerifyQueue(ledger, book, self.prices))
+        return _Tables(
+            backend,
+            ledger,
+            stored_limits,
+            book,
+            VerifyQueue(ledger, book, self.prices),
+            draws=random.Random(self.config.explore_seed),
+        )
 
     # -- views -------------------------------------------------------------------------------
 
@@ -261,6 +272,7 @@ class SemanticCache:
         k: int | None = None,
         *,
         check: EntryCheck | None = None,
+        band: float = 0.0,
     ) -> tuple[list[Candidate], int]:
         """The nearest entries of one table, best first, and how many damaged ones were dropped.
 
@@ -270,9 +282,10 @@ class SemanticCache:
         unusable vector, or refused by ``check``, which names what is wrong) is evicted and
         counted; one that cannot be read for another reason (a locked or failing database) is
         skipped and kept. Candidates are fetched in the index's order until no candidate left can
-        score higher than the best fetched, so usually one entry is read; ``check`` runs from
-        the best candidate down until one passes, so the first candidate returned has passed it
-        and the ones after it are not checked (only the first is served).
+        score higher than the best fetched less ``band``, so usually one entry is read (more
+        when ``band`` asks for every candidate near the best); ``check`` runs from the best
+        candidate down until one passes, so the first candidate returned has passed it and the
+        ones after it are not checked.
         """
         query = np.asarray(vector, dtype=np.float64).reshape(-1)
         query_norm = float(np.linalg.norm(query))
@@ -301,7 +314,7 @@ class SemanticCache:
         corrupt = 0
         while True:
             while pending and not (
-                scored and scored[0][1].similarity.cosine >= pending[0][1] - _SCORE_SLACK
+                scored and scored[0][1].similarity.cosine - band >= pending[0][1] - _SCORE_SLACK
             ):
                 entry_id, _ = pending.pop(0)
                 try:
@@ -383,6 +396,12 @@ class SemanticCache:
                 logger.warning("could not evict entries over the cache's bounds", exc_info=True)
         return entry_id
 
+    def draw(self, items: Sequence[T]) -> T:
+        """One of ``items`` at random, from the draws every view of the cache shares (seeded
+        by ``CacheConfig.explore_seed``, so that a replayed stream draws the same)."""
+        with self._tables.draws_lock:
+            return self._tables.draws.choice(items)
+
     def record(self, info: CallInfo) -> None:
         """Count a finished call in its table's counters (flushed in batches)."""
         self.ledger.record(info)
@@ -412,10 +431,10 @@ class SemanticCache:
                 f"feedback is for hits: this call's outcome is {info.outcome!r}"
                 + ("" if info.similarity is not None else " and it has no similarity")
             )
-        key = info_stats_key(info)
-        self.budget.add(key, info.similarity.cosine, ok)
+        key, pool = info_stats_key(info), info.pool_key
+        self.budget.add(key, info.similarity.cosine, ok, pool=pool)
         if info.verified:
-            self.budget.add(key, info.similarity.cosine, ok, "verified")
+            self.budget.add(key, info.similarity.cosine, ok, "verified", pool=pool)
 
     def stats(self) -> CacheStats:
         """Per table: lookups, hits, similarity, tokens and dollars spent and avoided, entries

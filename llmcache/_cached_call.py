@@ -31,12 +31,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._attempts import Attempts, CallFn, send_validated
-from ._budget import NO_HIT_THRESHOLD, STRICT_THRESHOLD, same_answer
+from ._budget import NO_HIT_THRESHOLD, STRICT_THRESHOLD, TableEvidence, same_answer
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
 from ._errors import ConfigurationError, InvalidResponseError, StoreError
 from ._filing import embedding_text, output_params, partition_for
-from ._ledger import info_stats_key
+from ._ledger import info_stats_key, pool_stats_key
 from ._recorder import RecordedCall, Recorder
 from ._shapes import CHAT, Shape
 from ._tokens import count_message_tokens
@@ -54,9 +54,22 @@ from ._types import (
 from ._validation import as_validator, check
 from ._verify import VerifyJob, ask_verifier, verdict_cost
 
-__all__ = ["StreamedCall", "run_cached_call", "start_streamed_call"]
+__all__ = ["VARIETY_BAND", "StreamedCall", "run_cached_call", "start_streamed_call"]
 
 logger = logging.getLogger("llmcache")
+
+#: How far under the nearest entry's cosine another may lie and still count as an answer to a
+#: near-identical prompt, for variety.
+VARIETY_BAND = 0.005
+# How many neighbours a lookup fetches when variety may draw from several.
+_VARIETY_K = 8
+
+
+def _samples(kwargs: Mapping[str, Any]) -> bool:
+    """Whether a request samples: any but ``temperature=0`` (an absent one means the API's
+    default, which samples)."""
+    temperature = kwargs.get("temperature")
+    return not (isinstance(temperature, (int, float)) and temperature == 0)
 
 
 class _CachedCall:
@@ -105,6 +118,12 @@ class _CachedCall:
             partition_key=self.partition.key,
         )
         self.stats_key = info_stats_key(self.info)
+        if self.policy.pool_evidence:
+            self.info.pool_key = pool_stats_key(self.partition)
+        # The wrong-hit evidence of the call's table (and pool): labels, pairs, thresholds.
+        self.evidence = TableEvidence(cache.budget, self.stats_key, self.info.pool_key)
+        # Variety: a hit drawn from the table's near-identical answers (see _varied).
+        self.variety = self.policy.variety if self.policy.variety is not None else _samples(kwargs)
         # Under a wrong-hit budget: the would-be hit being explored (its candidate and what
         # it became), or the nearest entry of a miss; either is labelled against the answer
         # the LLM gives (see _budget.py).
@@ -193,14 +212,18 @@ class _CachedCall:
                 final_usage=u,
                 cost=cost,
             )
-            self._store(attempt, vector, text)
+            self.info.entry_id = self._store(attempt, vector, text)
         return self._finish(response)[1]
 
     def _look_up(self, vector: Any, mode: Mode) -> Any:
         """The hit for this call, if the table has one that is close enough and usable."""
         try:
             candidates, corrupt = self.cache.lookup(
-                self.partition, vector, check=self.shape.answer_problem
+                self.partition,
+                vector,
+                k=max(self.cache.config.k, _VARIETY_K) if self.variety else None,
+                check=self.shape.answer_problem,
+                band=VARIETY_BAND if self.variety else 0.0,
             )
         except StoreError:
             # The cache cannot be read (a failing disk, a lost database): answer without it.
@@ -214,16 +237,17 @@ class _CachedCall:
         self.info.similarity = best.similarity
         if mode is Mode.SERVE:
             self.info.threshold = None
-            return self._serve(best)
+            return self._serve(self._varied(candidates, -1.0))
         budget = self.policy.wrong_hit_budget
         self.info.wrong_hit_budget = budget
         threshold = self._threshold(budget)
         self.info.threshold = threshold
         if best.similarity.cosine >= threshold:
-            explore = budget is not None and self._budget_call(
-                lambda: self.cache.budget.explore(self.stats_key, budget), default=False
-            )
-            return self._serve(best, explore=explore)
+            explore = budget is not None and self.evidence.explore(budget, default=False)
+            if explore:
+                # An exploration labels the nearest entry; variety is for what is served.
+                return self._serve(best, explore=True)
+            return self._serve(self._varied(candidates, threshold))
         self._near = best
         if self._is_near_miss(best, threshold):
             self._asked_about.add(best.entry.id)
@@ -259,16 +283,10 @@ class _CachedCall:
             return None
         if budget is None:
             return self._serve(candidate)
-        key = self.stats_key
-        threshold: float = self._budget_call(
-            lambda: self.cache.budget.threshold(key, budget, "verified"),
-            default=NO_HIT_THRESHOLD,
-        )
+        threshold = self.evidence.threshold(budget, "verified", default=NO_HIT_THRESHOLD)
         if candidate.similarity.cosine < threshold:
             return None  # a miss, whose answer labels both streams
-        explore = self._budget_call(
-            lambda: self.cache.budget.explore(key, budget, "verified"), default=True
-        )
+        explore = self.evidence.explore(budget, "verified", default=True)
         return self._serve(candidate, explore=explore)
 
     def _ask(self, candidate: Candidate) -> Verdict | None:
@@ -306,6 +324,7 @@ class _CachedCall:
             cached=candidate.entry.embed_text,
             cosine=candidate.similarity.cosine,
             label=self.info.label,
+            pool=self.info.pool_key,
         )
         self.cache.verify_later(job)
 
@@ -313,32 +332,37 @@ class _CachedCall:
         """The threshold in force: the static one, or the one learned under a budget."""
         if budget is None:
             return self.policy.threshold
-        key = self.stats_key
         # A budget that cannot read its labels stays strict.
-        threshold: float = self._budget_call(
-            lambda: self.cache.budget.threshold(key, budget), default=STRICT_THRESHOLD
-        )
-        return threshold
+        return self.evidence.threshold(budget, default=STRICT_THRESHOLD)
 
-    def _budget_call(self, step: Callable[[], Any], *, default: Any) -> Any:
-        """A step of the wrong-hit budget; if the store fails it, the call goes on with
-        ``default`` (keeping a budget must never break a call)."""
-        try:
-            return step()
-        except Exception:
-            logger.warning("wrong-hit budget unavailable for this call", exc_info=True)
-            return default
+    def _varied(self, candidates: list[Candidate], floor: float) -> Candidate:
+        """The candidate to serve: the nearest, or with variety one drawn at random from the
+        near-identical ones (within :data:`VARIETY_BAND` of the nearest and at or above
+        ``floor``) whose stored answer can be served."""
+        best = candidates[0]
+        if not self.variety:
+            return best
+        near = [
+            c
+            for c in candidates
+            if c.similarity.cosine >= max(floor, best.similarity.cosine - VARIETY_BAND)
+        ]
+        if len(near) < 2:
+            return best
+        chosen = self.cache.draw(near)
+        if chosen is not best and self.shape.answer_problem(chosen.entry) is not None:
+            return best  # damaged: the lookup evicts it when it is the nearest
+        self.info.choices = len(near)
+        return chosen
 
     def _label(self, candidate: Candidate, ok: bool) -> None:
         """Label the table by ``candidate`` (the call's nearest entry), and its verified stream
         too when the verifier said yes to it."""
         self.info.label = ok
-        key, cosine = self.stats_key, candidate.similarity.cosine
-        self._budget_call(lambda: self.cache.budget.add(key, cosine, ok), default=None)
+        cosine = candidate.similarity.cosine
+        self.evidence.label(cosine, ok)
         if self.info.verified:
-            self._budget_call(
-                lambda: self.cache.budget.add(key, cosine, ok, "verified"), default=None
-            )
+            self.evidence.label(cosine, ok, "verified")
 
     def _label_from_answer(self, fresh: str | None) -> None:
         """Under a budget, label the explored hit or the miss's nearest entry by comparing its
@@ -370,13 +394,25 @@ class _CachedCall:
             if not self.shape.is_tool_call_entry(candidate.entry):
                 self._label(candidate, False)
             return
-        equivalent = self.policy.equivalence or same_answer
-        try:
-            ok = bool(equivalent(adapted.content, fresh))
-        except Exception:
-            logger.warning("the equivalence failed; no label for this call", exc_info=True)
+        ok = self._same(adapted.content, fresh)
+        if ok is None:
             return
         self._label(candidate, ok)
+        if not adapted.usage.total_tokens and candidate.entry.messages == self.messages:
+            # The cached answer was itself a fresh answer to this very prompt, served as it
+            # was: the two are a pair, a measure of the model's own variability.
+            self.info.pair = ok
+            self.evidence.pair(ok)
+
+    def _same(self, cached: str, fresh: str) -> bool | None:
+        """Whether the category's equivalence calls two answers the same (``None``: it
+        failed, which gives no label)."""
+        equivalent = self.policy.equivalence or same_answer
+        try:
+            return bool(equivalent(cached, fresh))
+        except Exception:
+            logger.warning("the equivalence failed; no label for this call", exc_info=True)
+            return None
 
     def _embed(self) -> tuple[str, Any]:
         """The call's embedding text and vector, with what embedding it cost."""
@@ -484,12 +520,59 @@ class _CachedCall:
         self.info.usage = self.info.usage + result.usage
         self.info.cost_usd += result.cost
         self._explored_cost(result.usage, result.cost)
-        self._label_from_answer(
-            None if self.shape.has_tool_calls(result.completion) else result.content
-        )
+        tools = self.shape.has_tool_calls(result.completion)
+        self._label_from_answer(None if tools else result.content)
         if store and vector is not None and text is not None:
-            self._store(result, vector, text)
+            self.info.entry_id = self._store(result, vector, text)
+            # An explored hit already compares two answers; a twin is for plain misses.
+            explorable = outcome == "miss" and not self.info.explored
+            if explorable and not tools and self._twin_wanted():
+                self._ask_twin(result, vector, text)
         return result.completion
+
+    def _twin_wanted(self) -> bool:
+        """Whether this miss is asked a second time, for a pair of fresh answers."""
+        budget = self.policy.wrong_hit_budget
+        return budget is not None and self.evidence.twin(budget, self.policy.twin_rate)
+
+    def _ask_twin(self, first: Attempts, vector: Any, text: str) -> None:
+        """Ask the miss's request once more: the two valid answers, compared by the category's
+        equivalence, are a pair (the model's own variability); the second is stored beside
+        the first (another answer to draw from). What it costs is this call's, counted as
+        ``twin_tokens``/``twin_usd``. It is optional: nothing it meets fails the call."""
+        self.info.twin = True
+        try:
+            twin = send_validated(
+                self.call,
+                self.request,
+                self.validate,
+                prices=self.prices,
+                attempts=1,
+                on_invalid=self._record_invalid,
+                shape=self.shape,
+            )
+        except InvalidResponseError as exc:
+            if isinstance(exc.usage, Usage):
+                self._spend_twin(exc.usage, exc.cost_usd)
+            return
+        except Exception:
+            logger.warning("the second answer of a twin failed; no pair", exc_info=True)
+            return
+        self._spend_twin(twin.usage, twin.cost)
+        if self.shape.has_tool_calls(twin.completion):
+            return
+        same = self._same(first.content, twin.content)
+        if same is None:
+            return
+        self.info.pair = same
+        self.evidence.pair(same)
+        self._store(twin, vector, text)
+
+    def _spend_twin(self, usage: Usage, cost: float) -> None:
+        self.info.usage = self.info.usage + usage
+        self.info.cost_usd += cost
+        self.info.twin_tokens += usage.total_tokens
+        self.info.twin_usd += cost
 
     def _explored_cost(self, usage: Usage, cost: float) -> None:
         """What exploring cost: the paid answer, and the revision of the cached one if any."""
@@ -497,7 +580,8 @@ class _CachedCall:
             self.info.explore_tokens = usage.total_tokens + self.info.revise_tokens
             self.info.explore_usd = cost + self.info.revise_usd
 
-    def _store(self, result: Attempts, vector: Any, text: str) -> None:
+    def _store(self, result: Attempts, vector: Any, text: str) -> int | None:
+        """Store a valid answer; its entry's id, or ``None`` when it could not be stored."""
         # A failure to store never breaks the caller's call: the answer is valid and paid for.
         try:
             entry = CacheEntry(
@@ -520,10 +604,11 @@ class _CachedCall:
                 # Only answers a hit can give back are stored (the text may be valid while
                 # the server's envelope around it is not).
                 raise ValueError(f"the answer is not storable: {problem}")
-            self.info.entry_id = self.cache.put(entry)
+            return self.cache.put(entry)
         except Exception:
             logger.warning("could not store a cache entry", exc_info=True)
             self.info.store_failed = True
+            return None
 
     # -- bookkeeping -------------------------------------------------------------------------
 

@@ -46,8 +46,9 @@ class CategoryPolicy(BaseModel):
 
     ``threshold`` is a raw cosine (see :class:`~llmcache.types.Similarity`). ``bypass`` skips lookup
     and storage but still validates, retries and records the call (dialogue categories in the
-    thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``verifier``,
-    ``verify_band`` and ``verify_path``: see :class:`CacheConfig`.
+    thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``pool_evidence``,
+    ``twin_rate``, ``variety``, ``verifier``, ``verify_band`` and ``verify_path``: see
+    :class:`CacheConfig`.
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -66,6 +67,9 @@ class CategoryPolicy(BaseModel):
     bypass: bool = False
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
     equivalence: Any = None  # an Equivalence; Any because Protocols are not pydantic types
+    pool_evidence: bool | None = None
+    twin_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    variety: bool | None = None
     verifier: Any = None  # a Verifier
     verify_band: float | None = Field(default=None, gt=0.0, le=1.0)
     verify_path: VerifyPath | None = None
@@ -85,14 +89,24 @@ class CacheConfig(BaseModel):
     them set records them in the store, so that other processes (and ``python -m llmcache
     prune``/``stats``) that open it without limits of their own keep to the same ones.
 
-    ``wrong_hit_budget`` (δ, e.g. 0.02; ``None``: off) replaces the static ``threshold`` of a
-    table in ``online`` mode by one learned from labels, kept so that the estimated rate of
-    wrong hits stays at or under δ (docs/wrong-hit-budget.md). Labels compare a cached answer
-    with a fresh one by the category's ``equivalence`` (an
-    :class:`~llmcache.verification.Equivalence`;
-    default :func:`~llmcache.verification.same_answer`). Categories and calls may set their own of
-    both.
-    ``explore_seed`` seeds the draws that pick which would-be hits are explored (``None``:
+    ``wrong_hit_budget`` (δ, e.g. 0.05; ``None``: off) replaces the static ``threshold`` of a
+    table in ``online`` mode by one learned from labels, kept so that the estimated *excess*
+    of wrong hits over the model's own variability stays at or under δ: the rate at which a
+    served answer is not acceptable, minus the rate at which the model's own second answer to
+    the same query is not (docs/wrong-hit-budget.md; for a deterministic model, the plain
+    wrong-hit rate). Labels and pairs compare answers by the category's ``equivalence`` (an
+    :class:`~llmcache.verification.Equivalence`; default
+    :func:`~llmcache.verification.same_answer`). Categories and calls may set their own of
+    both. ``pool_evidence`` lets the tables of one category and request parameters (one
+    template, any agent) share their labels and pairs, never their answers; ``twin_rate`` is
+    the share of misses asked twice while the pairs that measure the model's own variability
+    are too few (0: never).
+
+    ``variety`` serves a hit from one of the table's near-identical stored answers drawn at
+    random rather than always the nearest, so that agents asking one thing again do not
+    always hear one answer; ``None`` (the default) turns it on for requests that sample (no
+    ``temperature=0``). ``explore_seed`` seeds the draws that pick which would-be hits are explored
+    (``None``:
     unseeded), so a replayed stream explores the same calls again; it is read when the cache
     is opened, and views made by :meth:`~llmcache.SemanticCache.with_config` share its draws.
 
@@ -128,6 +142,9 @@ class CacheConfig(BaseModel):
     ttl_seconds: float | None = Field(default=None, gt=0)
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
     explore_seed: int | None = None
+    pool_evidence: bool = True
+    twin_rate: float = Field(default=0.25, ge=0.0, le=1.0)
+    variety: bool | None = None
     verifier: Any = None  # a Verifier; Any because Protocols are not pydantic types
     verify_band: float = Field(default=0.1, gt=0.0, le=1.0)
     verify_path: VerifyPath = "request"
@@ -175,6 +192,9 @@ class CacheConfig(BaseModel):
             equivalence=(
                 options.equivalence if options.equivalence is not None else policy.equivalence
             ),
+            pool_evidence=_first(policy.pool_evidence, self.pool_evidence),
+            twin_rate=_first(policy.twin_rate, self.twin_rate),
+            variety=_first(options.variety, policy.variety, self.variety),
             verifier=_first(options.verifier, policy.verifier, self.verifier),
             verify_band=_first(options.verify_band, policy.verify_band, self.verify_band),
             verify_path=_first(options.verify_path, policy.verify_path, self.verify_path),
@@ -199,6 +219,9 @@ class ResolvedPolicy(BaseModel):
     bypass: bool
     wrong_hit_budget: float | None = None
     equivalence: Any = None
+    pool_evidence: bool = True
+    twin_rate: float = 0.25
+    variety: bool | None = None
     verifier: Any = None
     verify_band: float = 0.1
     verify_path: VerifyPath = "request"

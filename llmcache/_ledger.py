@@ -23,6 +23,7 @@ from ._protocols import CacheBackend
 from ._types import CallInfo, Partition, Usage
 
 __all__ = [
+    "POOL_MARKER",
     "CacheStats",
     "Ledger",
     "Price",
@@ -89,6 +90,16 @@ def stats_key(partition: Partition) -> str:
     return _stats_key(partition.category, partition.agent, partition.model, partition.key)
 
 
+#: The counter a table's counters carry to name its pool: ``max_pool_<pool key>`` (the
+#: ``max_`` prefix keeps it at 1 however often it is added).
+POOL_MARKER = "max_pool_"
+
+
+def pool_stats_key(partition: Partition) -> str:
+    """The counters' key of a table's pool (see :attr:`Partition.pool_key`)."""
+    return _stats_key(partition.category, "", partition.model, partition.pool_key)
+
+
 def info_stats_key(info: CallInfo) -> str:
     """The counters' key of the table a call went to."""
     return _stats_key(
@@ -98,6 +109,16 @@ def info_stats_key(info: CallInfo) -> str:
 
 def _stats_key(category: str, agent: str, model: str, key: str) -> str:
     return json.dumps([category, agent, model, key], ensure_ascii=False)
+
+
+def _stats_parts(key: str) -> tuple[str, str, str, str]:
+    """A counters' key's (category, agent, model, table key); a key of another form is its
+    own category and table key."""
+    try:
+        category, agent, model, pkey = json.loads(key)
+    except (ValueError, TypeError):
+        return key, "", "", key
+    return str(category), str(agent), str(model), str(pkey)
 
 
 # How two values of one counter combine, wherever counters meet (the ledger's pending deltas,
@@ -217,17 +238,39 @@ class TableStats(BaseModel):
     verified_threshold: float | None = None  # raw cosine a yes must reach to be served
     verified_wrong_rate: float | None = None
     verified_wrong_rate_ci: tuple[float, float] | None = None
+    # The model's own variability (see docs/wrong-hit-budget.md): pairs of fresh answers to one
+    # prompt, and the twins (misses asked twice) that added some of them.
+    pairs: int = 0  # this table's pairs
+    twins: int = 0
+    twin_tokens: int = 0
+    twin_usd: float = 0.0
+    # The self-disagreement the budget uses (the pool's, when the table pools): the share of
+    # pairs whose two answers the equivalence called different, with its two-sided 95% Wilson
+    # interval, over this many pairs.
+    self_disagreement: float | None = None
+    self_disagreement_ci: tuple[float, float] | None = None
+    self_disagreement_pairs: int = 0
+    pool_labels: int = 0  # labels of the table's pool (every table of its template)
+    threshold_source: str | None = None  # whose labels prove the threshold: "table" or "pool"
+    # At the threshold in force: wrong-hit rate minus self-disagreement, and its two-sided 95%
+    # interval (Newcombe's, for a difference of two rates). The budget bounds its upper end.
+    excess: float | None = None
+    excess_ci: tuple[float, float] | None = None
+    # Hits served from one of several near-identical answers drawn at random (variety).
+    varied: int = 0
 
     @property
     def hit_rate(self) -> float:
         return self.hits / self.lookups if self.lookups else 0.0
 
+    @property
+    def pool(self) -> bool:
+        """Whether these are a pool's counters (evidence shared by a template's tables)."""
+        return self.key.startswith("pool:")
+
     @classmethod
     def from_counters(cls, key: str, c: dict[str, float]) -> TableStats:
-        try:
-            category, agent, model, pkey = json.loads(key)
-        except (ValueError, TypeError):
-            category, agent, model, pkey = key, "", "", key
+        category, agent, model, pkey = _stats_parts(key)
         n = c.get("sim_n", 0.0)
         mean = c.get("sim_sum", 0.0) / n if n else None
         std = math.sqrt(max(0.0, c.get("sim_sumsq", 0.0) / n - (mean or 0.0) ** 2)) if n else None
@@ -274,6 +317,7 @@ class TableStats(BaseModel):
             verify_dropped=int(c.get("vf_dropped", 0)),
             verify_tokens=int(c.get("vf_tokens", 0)),
             verify_usd=c.get("vf_usd", 0.0),
+            varied=int(c.get("varied", 0)),
         )
 
 
@@ -434,6 +478,18 @@ class Ledger:
         )
         if info.verify_queued:
             delta["vf_queued"] = 1
+        if info.pool_key:
+            # The table names its pool, so that stats read the table with the pool's evidence.
+            delta[f"{POOL_MARKER}{_stats_parts(info.pool_key)[3]}"] = 1
+        if info.twin:
+            # The second answer of a miss asked twice (also inside the spent figures).
+            delta |= {
+                "sd_twins": 1,
+                "sd_twin_tokens": info.twin_tokens,
+                "sd_twin_usd": info.twin_usd,
+            }
+        if info.outcome == "hit" and info.choices > 1:
+            delta["varied"] = 1
         if info.explored:
             # Exploration's own figures (also inside the spent ones): what the budget costs.
             # A near miss the verifier said yes to is explored in the table's verified stream.

@@ -164,8 +164,8 @@ class CacheOptions(BaseModel):
     schema lists this query's allowed answers, say): added to every request the call sends,
     kept out of the table key, so that queries of one template share a table; a keyword
     argument of ``create`` may not also be a constraint.
-    ``wrong_hit_budget``, ``equivalence``, ``verifier``, ``verify_band`` and ``verify_path``
-    are this call's own (see :class:`~llmcache.CacheConfig`).
+    ``wrong_hit_budget``, ``equivalence``, ``verifier``, ``verify_band``, ``verify_path`` and
+    ``variety`` are this call's own (see :class:`~llmcache.CacheConfig`).
     Fields left ``None`` take the category's policy, then the cache's defaults.
     Unknown fields and values of the wrong type are refused with a pydantic
     ``ValidationError`` (a ``ValueError``), as every other bad option is.
@@ -192,6 +192,7 @@ class CacheOptions(BaseModel):
     verifier: Any = None  # a Verifier, or None
     verify_band: float | None = Field(default=None, gt=0.0, le=1.0)
     verify_path: VerifyPath | None = None
+    variety: bool | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     # Request parameters of this query alone (e.g. a response_format whose JSON schema lists
     # this query's allowed places): sent with every request the call makes, recorded, and never
@@ -228,6 +229,12 @@ class Partition(BaseModel):
     def key(self) -> str:
         """A short stable identifier, safe in file names."""
         return _partition_key(self.category, self.agent, self.params_hash)
+
+    @property
+    def pool_key(self) -> str:
+        """The identifier of the table's *pool*: every table of one category and one set of
+        request parameters (one template, any agent), whose wrong-hit evidence they share."""
+        return "pool:" + _partition_key(self.category, "", self.params_hash)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -393,7 +400,8 @@ class CallInfo(BaseModel):
 
     ``outcome``: ``hit`` (answered from the cache), ``miss`` (looked up, then called the LLM),
     ``collect`` (called and stored without a lookup), ``bypass`` (not cached at all).
-    ``category``, ``agent``, ``model`` and ``partition_key`` name the call's table.
+    ``category``, ``agent``, ``model`` and ``partition_key`` name the call's table, and
+    ``pool_key`` the counters of its pool when it pools its wrong-hit evidence.
     ``usage``/``cost_usd`` are what this call really spent (LLM attempts, revisions, query
     embedding); ``avoided_usd`` and ``tokens_avoided`` are what a hit saved against calling the
     LLM. Of what was spent, ``revise_tokens``/``revise_usd`` went to a modifier's revision and
@@ -406,7 +414,12 @@ class CallInfo(BaseModel):
     paid answer is served, so ``outcome`` is ``miss``), and ``explore_tokens``/``explore_usd``
     what that cost (inside ``usage``/``cost_usd``). ``label`` is the label this call gave its
     table: ``True`` when the nearest entry's answer agreed with the LLM's, ``False`` when it
-    did not or failed the query's validator, ``None`` when the call gave none.
+    did not or failed the query's validator, ``None`` when the call gave none. ``twin`` says
+    the miss was asked a second time, for a pair of fresh answers (``twin_tokens``/``twin_usd``
+    what that cost, inside ``usage``/``cost_usd``), and ``pair`` what the pair showed
+    (``True``: the two fresh answers agreed), also for a label whose cached entry answered the
+    very same prompt. ``choices`` is how many near-identical stored answers a hit was drawn
+    from (1: the nearest, as without variety).
 
     With a verifier (docs/wrong-hit-budget.md), ``verified`` is its verdict on this call's
     near miss (``True``: served as a hit, unless the cached answer then failed the query's
@@ -423,6 +436,7 @@ class CallInfo(BaseModel):
     agent: str | None = None
     model: str | None = None
     partition_key: str | None = None
+    pool_key: str | None = None
     similarity: Similarity | None = None
     threshold: float | None = None
     modifier: str | None = None
@@ -446,6 +460,11 @@ class CallInfo(BaseModel):
     explore_tokens: int = 0
     explore_usd: float = 0.0
     label: bool | None = None
+    twin: bool = False
+    twin_tokens: int = 0
+    twin_usd: float = 0.0
+    pair: bool | None = None
+    choices: int = 1
     verified: bool | None = None
     verify_failed: bool = False
     verify_queued: bool = False

@@ -60,7 +60,8 @@ def ask_verifier(verifier: Verifier, query: str, cached: str, cosine: float) -> 
 class VerifyJob:
     """One near miss to verify off the request path: the table (its counters' key), the
     verifier in force for the call, the two embedding texts, their cosine, and the label the
-    call gave the near miss by comparing answers (``None``: none)."""
+    call gave the near miss by comparing answers (``None``: none). ``pool``: the counters' key
+    of the table's pool, when it pools its evidence."""
 
     key: str
     verifier: Verifier
@@ -68,6 +69,7 @@ class VerifyJob:
     cached: str
     cosine: float
     label: bool | None = None
+    pool: str | None = None
 
 
 class VerifyQueue:
@@ -179,9 +181,9 @@ class VerifyQueue:
             if self._abandoned:
                 return
         if job.label is None:
-            self._book.add(job.key, job.cosine, verdict.same)
+            self._book.add(job.key, job.cosine, verdict.same, pool=job.pool)
         elif verdict.same:
-            self._book.add(job.key, job.cosine, job.label, "verified")
+            self._book.add(job.key, job.cosine, job.label, "verified", pool=job.pool)
 
     def _count(self, key: str, delta: dict[str, float]) -> None:
         with self._lock:

@@ -48,7 +48,10 @@ class PlannedEmbedder:
 
 def _client(tmp_path: Path, responder: Any, **config: Any) -> CachedLLM:
     cache = SemanticCache(
-        tmp_path / "c", embedder=PlannedEmbedder(), config=CacheConfig(threshold=0.9, **config)
+        tmp_path / "c",
+        embedder=PlannedEmbedder(),
+        # No twins: these tests count the LLM's calls (twins have tests of their own).
+        config=CacheConfig(threshold=0.9, **{"twin_rate": 0.0, **config}),
     )
     return CachedLLM(FakeOpenAI(responder), cache=cache)
 
