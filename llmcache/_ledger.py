@@ -218,7 +218,8 @@ class TableStats(BaseModel):
     # The labels show even near-identical prompts disagreeing more often than the budget
     # allows: the table serves no hit (its threshold in force is above every cosine).
     closed: bool = False
-    labels_in_force: int = 0  # labels at or above the threshold in force
+    labels_in_force: int = 0  # labels at or above the threshold in force (the strict one
+    # while no threshold is proven)
     wrong_rate: float | None = None  # wrong among them: the estimated wrong-hit rate
     wrong_rate_ci: tuple[float, float] | None = None  # its two-sided 95% Wilson interval
     # Verification of near misses (see docs/wrong-hit-budget.md), on the request path and off.
@@ -375,26 +376,15 @@ class CacheStats(BaseModel):
         budgeted = [t for t in rows if t.wrong_hit_budget is not None or t.labels]
         if budgeted:
             # Only when a budget is set or labels exist: the table above stays the whole
-            # output otherwise.
+            # output otherwise. "self" is the model's own disagreement (pairs of fresh answers
+            # to one prompt), "excess" the wrong-hit rate over it: what the budget bounds.
             lines.append(
-                f"{'wrong-hit budget':<26} {'agent':<16} {'budget':>6} {'thresh':>6} "
-                f"{'labels':>7} {'wrong':>6} {'est. wrong [95% CI]':>22} {'explored':>8} "
-                f"{'explore $':>10}"
+                f"{'wrong-hit budget':<26} {'agent':<16} {'budget':>6} {'thresh':>6} {'from':>5} "
+                f"{'labels':>7} {'wrong':>6} {'self [95% CI]':>20} {'excess [95% CI]':>23} "
+                f"{'explored':>8} {'twins':>6} {'budget $':>10}"
             )
             for t in budgeted:
-                budget = f"{t.wrong_hit_budget:.3f}" if t.wrong_hit_budget is not None else "-"
-                thresh = f"{t.threshold_in_force:.3f}" if t.threshold_in_force is not None else "-"
-                if t.closed:
-                    thresh = "closed"
-                est = "-"
-                if t.wrong_rate is not None and t.wrong_rate_ci is not None:
-                    low, high = t.wrong_rate_ci
-                    est = f"{t.wrong_rate:.3f} [{low:.3f}, {high:.3f}]"
-                lines.append(
-                    f"{t.category[:26]:<26} {t.agent[:16]:<16} {budget:>6} {thresh:>6} "
-                    f"{t.labels:>7} {t.labels_wrong:>6} {est:>22} {t.explored:>8} "
-                    f"{t.explore_usd:>10.6f}"
-                )
+                lines.append(_budget_row(t))
         verifying = [t for t in rows if t.verifications or t.verify_queued]
         if verifying:
             # Only when a verifier was used: the table above stays the whole output otherwise.
@@ -423,6 +413,28 @@ class CacheStats(BaseModel):
                 f"holding {self.entries} entries, {self.bytes} bytes"
             )
         return "\n".join(lines)
+
+
+def _interval(rate: float | None, ci: tuple[float, float] | None) -> str:
+    if rate is None or ci is None:
+        return "-"
+    return f"{rate:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def _budget_row(t: TableStats) -> str:
+    """One table's line of the wrong-hit budget block of :meth:`CacheStats.render`."""
+    budget = f"{t.wrong_hit_budget:.3f}" if t.wrong_hit_budget is not None else "-"
+    thresh = f"{t.threshold_in_force:.3f}" if t.threshold_in_force is not None else "-"
+    if t.closed:
+        thresh = "closed"
+    source = t.threshold_source or "-"
+    spent = t.explore_usd + t.twin_usd
+    return (
+        f"{t.category[:26]:<26} {t.agent[:16]:<16} {budget:>6} {thresh:>6} {source:>5} "
+        f"{t.labels:>7} {t.labels_wrong:>6} "
+        f"{_interval(t.self_disagreement, t.self_disagreement_ci):>20} "
+        f"{_interval(t.excess, t.excess_ci):>23} {t.explored:>8} {t.twins:>6} {spent:>10.6f}"
+    )
 
 
 class Ledger:
