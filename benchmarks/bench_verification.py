@@ -64,9 +64,9 @@ from dev_set import QUORA, embed_cached  # beside this file
 from numpy.typing import NDArray
 
 from llmcache import CacheConfig, CachedLLM, CacheOptions, Mode, SemanticCache
+from llmcache.testing import FakeOpenAI
 from llmcache.types import Verdict
 from llmcache.verification import LLMVerifier, Verifier
-from llmcache.testing import FakeOpenAI
 
 DATA = QUORA
 STATIC = (0.80, 0.85, 0.90, 0.95)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import random
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,8 +21,9 @@ from typing import Any, Literal
 import numpy as np
 
 from agent_core.llm import cache_config, town_options, town_request
-from llmcache import EmbedMode, SemanticCache
+from llmcache import EmbedMode
 from llmcache.embedders import Embedder
+from llmcache.modifiers import HitStep
 from llmcache.types import CacheEntry, Candidate, Partition, PriceTable, Similarity, Usage
 
 from ._cost import study_price_table
@@ -54,9 +54,9 @@ class Adapter:
     :meth:`llmcache.SemanticCache.adapt`, on a cache configured with the town's category
     policies, within a budget of revise calls.
 
-    The cache's tables stay empty (the experiments retrieve candidates themselves); it lends the
-    step its configuration, embedder and prices (the study's LLM price for whatever model
-    revises, as in the cost replay). Close it when done (it is a context manager).
+    The step needs the town's cache configuration, the embedder and the prices (the study's
+    LLM price for whatever model revises, as in the cost replay), not a cache: the experiments
+    retrieve candidates themselves.
     """
 
     client: Any
@@ -67,24 +67,10 @@ class Adapter:
     revise_calls: int = 0
     usage: Usage = field(default_factory=Usage)
     failures: Counter[str] = field(default_factory=Counter)
-    _dir: tempfile.TemporaryDirectory[str] = field(init=False, repr=False)
-    _cache: SemanticCache = field(init=False, repr=False)
+    _step: HitStep = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="adapt-")
-        self._cache = SemanticCache(
-            self._dir.name, embedder=self.embedder, config=cache_config(), prices=self.prices
-        )
-
-    def close(self) -> None:
-        self._cache.close()
-        self._dir.cleanup()
-
-    def __enter__(self) -> Adapter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._step = HitStep(cache_config(), self.embedder, self.prices)
 
     def adapt(self, query: Prompt, cached: Prompt, similarity: float, mode: str) -> str:
         """The answer the cache would give ``query`` from ``cached`` (or the cached text)."""
@@ -96,7 +82,7 @@ class Adapter:
         or the budget left it untried (``over budget``), and what the modifier spent."""
         call = query.call()
         options = town_options(call)
-        modifier = self._cache.config.resolve(options).modifier
+        modifier = self._step.config.resolve(options).modifier
         if (
             modifier is not None
             and modifier.name == "revise"
@@ -105,7 +91,7 @@ class Adapter:
             self.failures[mode] += 1
             return AdaptOutcome(content=cached.response, status="over budget")
         try:
-            adapted = self._cache.adapt(
+            adapted = self._step.adapt(
                 Candidate(
                     # A baseline's candidate ("random") is no mode's: any mode's entry serves.
                     entry=_entry(cached, mode if mode in MODES else "keyword", self.embedder),

@@ -1078,7 +1078,7 @@ def _shared_prompts(col: CollectResult) -> list[str]:
     return [
         "",
         "Asked together: " + "; ".join(parts) + ". Each is still recorded and cached as its "
-        "own call; the model read one prompt per moment (`agent_core.ratings`).",
+        "own call; the model read one prompt per moment (`agent_core.rating_batch`).",
     ]
 
 

@@ -52,7 +52,7 @@ class CategoryCounts(BaseModel):
     resubmitted: int = 0  # needed more than one attempt
     escalated: int = 0  # answered (or last tried) by the superior model
     fell_back: int = 0  # no valid answer at all: the town used its default
-    # Answered inside a prompt that asked several (importance ratings, agent_core.ratings), and
+    # Answered inside a prompt that asked several (importance ratings, agent_core.rating_batch), and
     # those prompts.
     batched: int = 0
     batches: int = 0
