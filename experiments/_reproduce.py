@@ -16,12 +16,13 @@ from pydantic import BaseModel
 from llmcache.embedders import Embedder, default_embedder
 from llmcache.llm import LLMConnection, open_llm
 
+from ._adapter import Adapter
 from ._budget_study import budget_study
 from ._collect import collect, run_paths
 from ._cost_study import cost_study
 from ._data import MODES, EmbeddingStore, Prompt, load_run
-from ._evaluate import Adapter, compare, correlation
 from ._judge import Judge, LLMJudge, ReferenceJudge
+from ._judged import compare, correlation
 from ._profiles import Profile
 from ._quality import quality, text_agreements
 from ._results import (

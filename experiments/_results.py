@@ -296,7 +296,7 @@ class PairwiseTally(BaseModel):
 
 class QualityResult(BaseModel):
     """Acceptable answers per group and mode, and the cost-quality curves of a threshold
-    sweep on the held-out run (issue 11)."""
+    sweep on the held-out run."""
 
     query_run: int
     table_run: int
@@ -353,7 +353,7 @@ class BudgetRun(BaseModel):
 
 
 class BudgetResult(BaseModel):
-    """The wrong-hit budget on the town (issue 12): the held-out run answered online, with
+    """The wrong-hit budget on the town: the held-out run answered online, with
     every served answer judged against the true answer by its template's tolerance."""
 
     query_run: int
