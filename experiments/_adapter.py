@@ -39,7 +39,7 @@ class AdaptOutcome:
 @dataclass
 class Adapter:
     """Makes a cached candidate the answer to a query the way the live cache does: through
-    :meth:`llmcache.SemanticCache.adapt`, on a cache configured with the town's category
+    :meth:`llmcache.modifiers.HitStep.adapt`, on a cache configured with the town's category
     policies, within a budget of revise calls.
 
     The step needs the town's cache configuration, the embedder and the prices (the study's

@@ -1,7 +1,7 @@
 """The judged experiments: correlation verification (Fig 3.4/3.5) and direct comparison (3.10).
 
 A cached candidate is first turned into an answer for the query by the live cache's own hit
-step, :meth:`llmcache.SemanticCache.adapt`: the category's modifier (``read`` / ``choose`` /
+step, :meth:`llmcache.modifiers.HitStep.adapt`: the category's modifier (``read`` / ``choose`` /
 ``revise``, with the town's choose parser and revision prompts), then validation against the
 query's rules. A candidate that step cannot adapt (no answer, or one that fails validation,
 or beyond the profile's revise budget) is judged as it was cached and counted in

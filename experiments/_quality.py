@@ -2,7 +2,7 @@
 
 Every held-out query is answered the way a live cache would answer it: its table's nearest
 entry (per embedding mode) goes through the cache's own hit step (:class:`~._adapter.Adapter`,
-i.e. :meth:`llmcache.SemanticCache.adapt`); the result is *acceptable* when its template says so
+i.e. :meth:`llmcache.modifiers.HitStep.adapt`); the result is *acceptable* when its template says so
 (:meth:`agent_core.Template.acceptable`: the query's requirements, then the template's tolerance
 against the query's true answer). A candidate the hit step refuses is not served: the LLM
 answers instead, so the agent gets the true answer and the cost of both.
