@@ -21,9 +21,10 @@ from .llm import LLMStats, TownLLM, cache_config, category_policy, open_town_llm
 from .memory import EmbeddingMemo, Memory, MemoryStream
 from .persona import AgentSeed, load_agents
 from .plans import PlanItem, check_schedule
+from .requirements import Requirements
 from .revise import RevisionRequest, build_revision
 from .sim import RunSummary, Simulation
-from .templates import CATEGORIES, GROUPS, TEMPLATES, Requirements, Slot, Template, template
+from .templates import CATEGORIES, GROUPS, TEMPLATES, Slot, Template, template
 from .tolerance import TextAgreement, Tolerance, Verdict, calibrated_bound
 from .world import PersonalTree, World, load_world
 

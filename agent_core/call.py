@@ -17,9 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .requirements import Requirements
 from .revise import RevisionRequest, build_revision
 from .schemas import MAX_ANSWER_TOKENS, worst_case_tokens
-from .templates import Requirements, SlotValue, Template, template
+from .templates import SlotValue, Template, template
 
 __all__ = ["CALL_KEY", "TownCall", "town_call"]
 

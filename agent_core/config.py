@@ -28,9 +28,9 @@ class SimConfig(BaseModel):
     decompose_hours: float = Field(default=3.0, gt=0)  # how far ahead a plan is decomposed
     reflection_threshold: float = Field(default=150.0, gt=0)
     reflection_recent: int = Field(default=100, ge=1)
-    # ...and of those, the newest that fit this many characters: a hundred long memories made
-    # a 3,950-token questions prompt that, with its answer, overran a 4,096-token slot (a
-    # standard run on the local model, 2026-11-23) and was cut off at every attempt.
+    # ...and of those, the newest that fit this many characters: a hundred long memories can
+    # make a questions prompt that, with its answer, overruns a server slot's context and is
+    # cut off at every attempt (agent_core/README.md, "Cadence", has the case that showed it).
     reflection_recent_chars: int = Field(default=6000, ge=1)
     retrieve_k: int = Field(default=10, ge=1)
     max_utterances: int = Field(default=20, ge=2)

@@ -40,8 +40,9 @@ from llmcache.modifiers import Choose, ModifyContext, Read, Revise
 from llmcache.recording import Recorder
 
 from .call import TownCall, town_call
-from .ratings import BATCHED_CATEGORY, RatingBatcher
-from .templates import TEMPLATES, Requirements, SlotValue, Template, choose_extract, choose_render
+from .rating_batch import BATCHED_CATEGORY, RatingBatcher
+from .requirements import Requirements
+from .templates import TEMPLATES, SlotValue, Template, choose_extract, choose_render
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -63,7 +64,7 @@ logger = logging.getLogger("agent_core")
 DEFAULT_CONCURRENCY = 4
 
 #: The most importance ratings of one moment asked in one prompt against a real model (see
-#: :mod:`agent_core.ratings`): a perception brings up to ``SimConfig.attention_bandwidth`` (3),
+#: :mod:`agent_core.rating_batch`): a perception brings up to ``SimConfig.attention_bandwidth`` (3),
 #: a reflection a few insights, an agent's seed memory its sentences.
 DEFAULT_RATING_BATCH = 8
 
@@ -89,7 +90,7 @@ class LLMStats(BaseModel):
     resubmitted: Counter[str] = Field(default_factory=Counter)  # calls that needed more
     escalated: Counter[str] = Field(default_factory=Counter)
     failed: Counter[str] = Field(default_factory=Counter)  # no valid answer: fallback used
-    # Calls the model answered inside a prompt that asked several (agent_core.ratings), and
+    # Calls the model answered inside a prompt that asked several (agent_core.rating_batch), and
     # those prompts: a run's model requests are its attempts less ``batched`` plus ``batches``.
     batched: Counter[str] = Field(default_factory=Counter)
     batches: Counter[str] = Field(default_factory=Counter)
@@ -201,9 +202,10 @@ class TownLLM:
     does not depend on it; only which request reaches the model first does, which matters for
     a deterministic double (its seeded faults), so keep 1 there.
 
-    ``batcher``: the :class:`~agent_core.ratings.RatingBatcher` between ``llm`` and its client,
+    ``batcher``: the :class:`~agent_core.rating_batch.RatingBatcher` between ``llm`` and its client,
     if any; :meth:`send_many` then runs a group of importance ratings side by side, and the
-    ones the cache does not answer reach the model as one prompt (see :mod:`agent_core.ratings`).
+    ones the cache does not answer reach the model as one prompt (see
+    :mod:`agent_core.rating_batch`).
     """
 
     def __init__(
@@ -417,7 +419,7 @@ def open_town_llm(
     ``query_schemas``: send each query's own JSON schema (see :func:`town_options`).
     ``concurrency``: calls in flight at once where the town asks several together (see
     :class:`TownLLM`). ``rating_batch``: the most importance ratings of one moment the model is
-    asked in one prompt (1: each in its own; see :mod:`agent_core.ratings`).
+    asked in one prompt (1: each in its own; see :mod:`agent_core.rating_batch`).
     """
     owned: tempfile.TemporaryDirectory[str] | None = None
     if cache_dir is None:

@@ -25,8 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .requirements import Requirements
 from .responses import parse_lenient
-from .templates import SYSTEM_PROMPT, Requirements, template
+from .templates import SYSTEM_PROMPT, template
 
 __all__ = ["REVISION_BUILDERS", "REVISION_MARKER", "RevisionRequest", "build_revision"]
 

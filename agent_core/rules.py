@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from .clock import parse_hhmm
 from .plans import check_schedule
+from .requirements import Requirements
 from .schemas import narrow_schedule
-
-if TYPE_CHECKING:
-    from .templates import Requirements
 
 __all__ = [
     "DAY_WINDOW",

@@ -26,14 +26,12 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .clock import hhmm
 from .plans import split_window
+from .requirements import Requirements
 from .text import text_pattern
-
-if TYPE_CHECKING:
-    from .templates import Requirements
 
 __all__ = [
     "MAX_ALTERNATIVES",

@@ -60,7 +60,8 @@ class RunSummary(BaseModel):
     resubmitted: dict[str, int] = Field(default_factory=dict)
     escalated: dict[str, int]
     failed: dict[str, int]
-    # Calls answered inside a prompt that asked several, and those prompts (agent_core.ratings).
+    # Calls answered inside a prompt that asked several, and those prompts
+    # (agent_core.rating_batch).
     batched: dict[str, int] = Field(default_factory=dict)
     batches: dict[str, int] = Field(default_factory=dict)
     reflections: dict[str, int]

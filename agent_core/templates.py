@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from .clock import parse_hhmm
+from .requirements import Requirements, canonical_option
 from .responses import (
     ActorReactionResponse,
     AgentReactionResponse,
@@ -116,26 +116,6 @@ GROUPS = (
 )
 
 
-class Requirements(BaseModel):
-    """What one query's answer must satisfy beyond its schema.
-
-    ``places``: the only allowed plan locations (the structures the agent knows).
-    ``options``: the choices the prompt offers (finding location, reactions).
-    ``window``: ``("HH:MM", "HH:MM")`` a plan must fit in (a decomposition must cover it).
-    ``statements``: how many numbered statements an insight may cite.
-    """
-
-    places: list[str] | None = None
-    options: list[str] | None = None
-    window: tuple[str, str] | None = None
-    statements: int | None = Field(default=None, ge=1)
-
-    def window_minutes(self) -> tuple[int, int] | None:
-        if self.window is None:
-            return None
-        return parse_hhmm(self.window[0]), parse_hhmm(self.window[1])
-
-
 @dataclass(frozen=True)
 class Slot:
     """A named hole in a template's text.
@@ -158,24 +138,6 @@ class Slot:
         if self.style == "numbered":
             return "\n".join(f"{i}. {v}" for i, v in enumerate(items, start=1)) or "(none)"
         return "\n".join(items) or "(none)"
-
-
-def canonical_option(answer: str, options: Sequence[str]) -> str | None:
-    """The option ``answer`` names: exactly, ignoring case, quotes and surrounding space, by its
-    1-based number, or by the unique last part of a ``"Structure: Area"`` option. ``None`` if
-    it names none."""
-    if answer in options:
-        return answer
-    key = answer.strip().strip("\"'.").strip().lower()
-    for option in options:
-        if option.lower() == key:
-            return option
-    if key.isdigit() and 1 <= int(key) <= len(options):
-        return options[int(key) - 1]
-    # An area named without its structure ("Kitchen" for "Wilson Family House: Kitchen") is
-    # still unambiguous when exactly one option ends with it.
-    tails = [o for o in options if o.lower().endswith(": " + key)]
-    return tails[0] if len(tails) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -444,7 +406,7 @@ IMPORTANCE = Template(
     tolerance=(Within("score", 1),),
 )
 
-#: Several memories of one moment rated in one prompt (:mod:`agent_core.ratings`). Not one of
+#: Several memories of one moment rated in one prompt (:mod:`agent_core.rating_batch`). Not one of
 #: the town's categories: each rating is still asked, cached and recorded as its own
 #: ``importance score`` call; this prompt only answers the ones the cache did not.
 IMPORTANCE_BATCH = Template(

@@ -28,14 +28,12 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
+from .requirements import Requirements, canonical_option
 from .rules import keeps_on
-
-if TYPE_CHECKING:
-    from .templates import Requirements
 
 __all__ = [
     "DEFAULT_TEXT_BOUND",
@@ -139,8 +137,6 @@ def _option(value: str, options: Sequence[str] | None) -> str:
     # Validation has already mapped an answer onto the query's options; without options the
     # comparison ignores case and surrounding space, as the option check itself does.
     if options:
-        from .templates import canonical_option  # the check's own reading of an option
-
         return canonical_option(value, options) or value
     return value.strip().lower()
 

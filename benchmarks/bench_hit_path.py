@@ -29,8 +29,8 @@ from numpy.typing import NDArray
 
 from llmcache import CacheConfig, CachedLLM, CacheOptions, SemanticCache
 from llmcache.storage import LocalBackend
-from llmcache.types import CacheEntry
 from llmcache.testing import FakeOpenAI
+from llmcache.types import CacheEntry
 
 DIM = 384
 

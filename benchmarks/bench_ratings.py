@@ -1,4 +1,5 @@
-"""Importance ratings of one moment: each in its own prompt against all in one (agent_core.ratings).
+"""Importance ratings of one moment: each in its own prompt against all in one
+(agent_core.rating_batch).
 
     python benchmarks/bench_ratings.py runs/demo.jsonl --groups 40 --rounds 2
 
@@ -9,7 +10,7 @@ fresh :class:`~llmcache.llm.LocalServer` per way and round:
 
 - ``alone``: each rating as its own request, exactly as the town sends it (the query's schema
   and ``max_tokens``), up to ``--concurrency`` in flight, as ``TownLLM.send_many`` does;
-- ``batched``: one request per moment, built by :func:`agent_core.ratings.batch_request`.
+- ``batched``: one request per moment, built by :func:`agent_core.rating_batch.batch_request`.
 
 Every request carries the same sampling ``seed``. Ways alternate within a round, so a change in
 the machine's load hits both alike. Printed per way and round: wall seconds, ratings per second,
@@ -39,7 +40,7 @@ from bench_models import header_line, machine_info  # a sibling script (benchmar
 
 from agent_core import TownCall
 from agent_core.llm import town_options, town_request
-from agent_core.ratings import BATCHED_CATEGORY, batch_request
+from agent_core.rating_batch import BATCHED_CATEGORY, batch_request
 from llmcache.llm import LocalServer
 
 

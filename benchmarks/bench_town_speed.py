@@ -31,8 +31,8 @@ from pydantic import BaseModel
 from agent_core import Simulation, load_agents, open_town_llm
 from llmcache import Mode
 from llmcache.embedders import default_embedder
-from llmcache.recording import read_records
 from llmcache.llm import open_llm
+from llmcache.recording import read_records
 
 MODES = {"no cache": Mode.OFF, "cold": Mode.ONLINE, "warm": Mode.ONLINE}
 

@@ -27,7 +27,8 @@ With ``--verifier``, operating points that re-score near misses (a nearest entry
 ``[threshold - band, threshold)``) are added: on the request path (a yes is served as a hit;
 under a budget only where the labels of earlier yeses prove it) and, under a budget, off it
 (a yes adds the miss's label to the labels of yeses). ``llm`` is
-:class:`llmcache.LLMVerifier` on the LLM of ``llmcache.llm.open_llm()`` (the local server by
+:class:`llmcache.verification.LLMVerifier` on the LLM of ``llmcache.llm.open_llm()`` (the local
+server by
 default; ``--verifier-model``, else the backend's superior model: a 135M model is no judge);
 ``oracle`` knows the true answers (the ceiling a perfect verifier would reach, at no cost).
 ``vf`` counts verifier calls, ``ms/vf`` is one call's mean wall time and ``+ms/look`` the
@@ -64,9 +65,9 @@ from dev_set import QUORA, embed_cached  # beside this file
 from numpy.typing import NDArray
 
 from llmcache import CacheConfig, CachedLLM, CacheOptions, Mode, SemanticCache
+from llmcache.testing import FakeOpenAI
 from llmcache.types import Verdict
 from llmcache.verification import LLMVerifier, Verifier
-from llmcache.testing import FakeOpenAI
 
 DATA = QUORA
 STATIC = (0.80, 0.85, 0.90, 0.95)

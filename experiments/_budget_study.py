@@ -1,4 +1,4 @@
-"""The wrong-hit budget on the town (issue 12): a live cache under δ answers the held-out run.
+"""The wrong-hit budget on the town: a live cache under δ answers the held-out run.
 
 The quality step asks what a static threshold would serve; this step asks what the cache serves
 when it sets its thresholds itself. Per embedding mode, the table run's answers are written
@@ -38,9 +38,8 @@ from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, SemanticCache
 from llmcache.embedders import Embedder
 
 from ._cost import study_price_table
-from ._cost_study import ReplayClient
-from ._data import MODES, Prompt, kept_groups
-from ._quality import ALL
+from ._data import ALL, MODES, Prompt, kept_groups
+from ._replay import ReplayClient
 from ._results import BudgetGroup, BudgetResult, BudgetRun
 from ._stats import wilson_interval
 

@@ -27,8 +27,8 @@ from agent_core.persona import load_agents
 from agent_core.sim import RunSummary
 from llmcache import Mode
 from llmcache.embedders import Embedder
-from llmcache.recording import read_records
 from llmcache.llm import cpu_model, vector_isa
+from llmcache.recording import read_records
 
 from ._data import load_run
 from ._profiles import Profile

@@ -4,7 +4,7 @@ The thesis gives only its totals; this is the model that reproduces them, pure a
 every figure can be checked by hand.
 
 Tokens are characters / ``chars_per_token`` (the study: 4); prices are dollars per 1M tokens,
-the list prices llmcache's ledger uses (:class:`llmcache.PriceTable`) for the study's models,
+the list prices llmcache's ledger uses (:class:`llmcache.types.PriceTable`) for the study's models,
 gpt-4o-mini and text-embedding-3-small.
 
 - **No caching** (``none``): every held-out query is a full LLM call,
@@ -56,7 +56,7 @@ CacheMode = Literal["full", "keyword"]
 
 class Prices(BaseModel):
     """What the cost model charges: the list prices of an LLM and an embedding model, as
-    llmcache prices them (:class:`llmcache.Price`, dollars per 1M tokens), and how many
+    llmcache prices them (:class:`llmcache.types.Price`, dollars per 1M tokens), and how many
     characters make a token."""
 
     model_config = ConfigDict(frozen=True)

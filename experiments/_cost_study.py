@@ -19,13 +19,8 @@ Two views of the same question -- what does caching save on a held-out run?
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from openai.types.chat import ChatCompletion, ChatCompletionMessage
-from openai.types.chat.chat_completion import Choice
-from openai.types.completion_usage import CompletionUsage
 
 from agent_core.llm import cache_config, town_options, town_request
 from llmcache import CachedLLM, CacheOptions, EmbedMode, Mode, SemanticCache
@@ -39,55 +34,12 @@ from ._cost import (
     mode_costs,
     study_price_table,
 )
-from ._data import MODES, EmbeddingStore, Prompt, kept_groups, messages_key
+from ._data import MODES, EmbeddingStore, Prompt, kept_groups
+from ._replay import ReplayClient
 from ._results import CostResult, ReplayCost
-from ._retrieval import TableIndex
+from ._tables import TableIndex
 
-__all__ = ["ReplayClient", "cost_study"]
-
-
-class _Completions:
-    def __init__(self, answers: dict[str, Prompt]) -> None:
-        self._answers = answers
-
-    def create(self, **kwargs: Any) -> ChatCompletion:
-        p = self._answers.get(messages_key(kwargs["messages"]))
-        if p is None:
-            raise KeyError("the replay has no recorded answer for these messages")
-        return ChatCompletion(
-            id=f"replay-{p.run}-{p.index}",
-            object="chat.completion",
-            created=int(time.time()),
-            model=p.model,
-            choices=[
-                Choice(
-                    index=0,
-                    finish_reason="stop",
-                    message=ChatCompletionMessage(role="assistant", content=p.response),
-                )
-            ],
-            usage=CompletionUsage(
-                prompt_tokens=p.prompt_tokens,
-                completion_tokens=p.completion_tokens,
-                total_tokens=p.prompt_tokens + p.completion_tokens,
-            ),
-        )
-
-
-class _Chat:
-    def __init__(self, answers: dict[str, Prompt]) -> None:
-        self.completions = _Completions(answers)
-
-
-class ReplayClient:
-    """An OpenAI-shaped client that answers with a recorded run's real answers.
-
-    It is how a table is rebuilt from a dataset through the library's own write path (same
-    partitions, same embeddings as a live run); it never answers a query it has not recorded.
-    """
-
-    def __init__(self, prompts: Sequence[Prompt]) -> None:
-        self.chat = _Chat({messages_key(p.messages): p for p in prompts})
+__all__ = ["cost_study"]
 
 
 def _request(p: Prompt) -> dict[str, Any]:

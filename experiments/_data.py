@@ -27,6 +27,7 @@ from llmcache.embedders import Embedder, embedding_text
 from llmcache.recording import RecordedCall, read_records
 
 __all__ = [
+    "ALL",
     "DIALOGUE_GROUP",
     "MODES",
     "EmbeddingStore",
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 DIALOGUE_GROUP = "dialogue"
+#: The name of every group together, in per-group results.
+ALL = "all"
 MODES: tuple[Literal["full", "keyword"], ...] = ("full", "keyword")
 
 

@@ -4,7 +4,7 @@ A :class:`JudgeQuery` holds a prompt an agent asked, the response the LLM really
 candidates to rank (the best cached answer of each similarity region, a random one, the true
 response itself, ...). A :class:`Judge` turns it into a :class:`Judgement`: one rank per
 candidate label, the orders it actually obtained, and how far those orders agreed. Many
-judgements make the TrueSkill ratings of :mod:`experiments._rating`.
+judgements make the TrueSkill ratings of :mod:`experiments._trueskill`.
 
 Two judges exist:
 

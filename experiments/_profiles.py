@@ -1,5 +1,6 @@
 """How big a reproduction is: the quick profile CI runs, the standard one (every category, all
-eight agents), and the study-sized full profile."""
+eight agents), and the study-sized full profile. How long each takes, measured, is in
+experiments/README.md ("Profiles")."""
 
 from __future__ import annotations
 
@@ -48,17 +49,16 @@ class Profile(BaseModel):
     judge_shuffles: int = 2
     revise_budget: int = 1_000_000  # revise calls per experiment; beyond it: not revised
     # The wrong-hit budgets δ the budget step runs the held-out run under (beside the static
-    # default threshold); issue 12's goal is stated at 0.05.
+    # default threshold).
     budgets: list[float] = Field(default_factory=lambda: [0.05])
     # Which tier judges: the simulation's own model ("default") or the superior one. The
     # reference judge always runs beside it.
     judge_tier: str = Field(default="superior", pattern="^(default|superior)$")
     # Which tier the pairwise judge (served vs true answer, both orders) asks. Two candidates
-    # make a short prompt, so even the quick profile affords the strongest local model, which
-    # issue 11 asks for; the 5-way rankings above stay on ``judge_tier``.
+    # make a short prompt, so even the quick profile affords the strongest local model; the
+    # 5-way rankings above stay on ``judge_tier``.
     pairwise_tier: str = Field(default="superior", pattern="^(default|superior)$")
     seed: int = 0
-    expected_minutes: str = ""  # documented wall time on 2 cores with the local model
 
 
 QUICK = Profile(
@@ -77,12 +77,11 @@ QUICK = Profile(
     thresholds=10,
     llm_judge_queries=12,
     revise_budget=12,
-    # Qwen-1.5B needs ~30 s per ranking here; SmolLM2 ranks in a few seconds (near randomly:
-    # the reliability figures in the report say how near).
+    # The 1.5B model is too slow to rank for every query on 2 cores; SmolLM2 ranks quickly
+    # (near randomly: the reliability figures in the report say how near).
     judge_tier="default",
     concurrency=DEFAULT_CONCURRENCY,
     rating_batch=DEFAULT_RATING_BATCH,
-    expected_minutes="about 11 minutes on 2 cores (measured 2026-11-24: experiments/README.md)",
 )
 
 STANDARD = Profile(
@@ -108,10 +107,6 @@ STANDARD = Profile(
     # short is simulated again), and on 2 cores the server is compute-bound, so runs side by
     # side would add little to what the importance ratings asked together already give.
     parallel_runs=1,
-    expected_minutes=(
-        "about 2 h 50 min on 2 cores (measured 2026-11-24, 1 h 59 min of it the three runs: "
-        "docs/results/standard/README.md)"
-    ),
 )
 
 FULL = Profile(
@@ -122,10 +117,6 @@ FULL = Profile(
     max_attempts=20,
     escalate=True,
     concurrency=DEFAULT_CONCURRENCY,
-    expected_minutes=(
-        "days on 2 cores with the bundled local models (about 20k prompts per run at 0.3-1 "
-        "prompt/s, plus judging); hours against a hosted endpoint (--llm URL)"
-    ),
 )
 
 PROFILES = {p.name: p for p in (QUICK, STANDARD, FULL)}

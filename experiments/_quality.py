@@ -1,8 +1,8 @@
-"""Quality, measured: acceptable answers per group and mode, and cost-quality curves (issue 11).
+"""Quality, measured: acceptable answers per group and mode, and cost-quality curves.
 
 Every held-out query is answered the way a live cache would answer it: its table's nearest
-entry (per embedding mode) goes through the cache's own hit step (:class:`~._evaluate.Adapter`,
-i.e. :meth:`llmcache.SemanticCache.adapt`); the result is *acceptable* when its template says so
+entry (per embedding mode) goes through the cache's own hit step (:class:`~._adapter.Adapter`,
+i.e. :meth:`llmcache.modifiers.HitStep.adapt`); the result is *acceptable* when its template says so
 (:meth:`agent_core.Template.acceptable`: the query's requirements, then the template's tolerance
 against the query's true answer). A candidate the hit step refuses is not served: the LLM
 answers instead, so the agent gets the true answer and the cost of both.
@@ -36,8 +36,8 @@ from agent_core import TextAgreement, calibrated_bound
 from agent_core.templates import TEMPLATES, template
 from agent_core.tolerance import DEFAULT_TEXT_BOUND
 
-from ._data import MODES, EmbeddingStore, Prompt, kept_groups, messages_key
-from ._evaluate import Adapter
+from ._adapter import Adapter
+from ._data import ALL, MODES, EmbeddingStore, Prompt, kept_groups, messages_key
 from ._judge import Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
 from ._results import (
     PairwiseTally,
@@ -46,11 +46,10 @@ from ._results import (
     RateCI,
     TextCalibration,
 )
-from ._retrieval import TableIndex
 from ._stats import STUDY_REGIONS, split_regions, wilson_interval
+from ._tables import TableIndex
 
 __all__ = [
-    "ALL",
     "SWEEP_STEPS",
     "Served",
     "calibrate",
@@ -63,7 +62,6 @@ __all__ = [
     "thresholds",
 ]
 
-ALL = "all"
 #: Thresholds per mode: the mode's study similarity range in this many equal steps.
 SWEEP_STEPS = 20
 #: Pairs of true answers taken from one query (a prompt asked in every run has few; one asked

@@ -500,7 +500,7 @@ def _cost_section(cost: CostResult, col: CollectResult | None) -> Section:
     return Section(title="Cost (Fig 3.12, 3.13)", lines=lines, rows=rows)
 
 
-# The goals of issue 11, read against the held-out run: the simple groups should keep this
+# The quality goals, read against the held-out run: the simple groups should keep this
 # acceptable rate at this cost cut; the others should beat a random answer outright.
 _SIMPLE_GROUPS = ("importance", "finding location", "memory summary", "new actor statuses")
 _GOAL_ACCEPTABLE = 0.95
@@ -649,6 +649,32 @@ def _curve_table(q: QualityResult, mode: str) -> list[str]:
     ]
 
 
+def _quality_rows(
+    q: QualityResult, cmp_: CompareResult | None, modes: list[str]
+) -> list[tuple[str, ...]]:
+    """One row per group and mode of the quality table."""
+    rows: list[tuple[str, ...]] = []
+    for g in [*q.queries, "all"]:
+        for mode in modes:
+            serve = q.serve(mode, g)
+            rows.append(
+                (
+                    g,
+                    mode,
+                    _rate(serve.acceptable if serve else None),
+                    f"{serve.hits - serve.refused - serve.estimated} / {serve.refused} / "
+                    f"{serve.estimated}"
+                    if serve
+                    else "n/a",
+                    _rate(q.random.get(g)),
+                    _rate(q.reanswer.get(g)),
+                    _pairwise(q, mode, g),
+                    _judge_mu(cmp_, mode, g),
+                )
+            )
+    return rows
+
+
 def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
     modes = list(q.curves)
     headline = []
@@ -688,25 +714,7 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
                 f"- {mode} is not distinguishable from a random answer here (the intervals "
                 "overlap)."
             )
-    rows = []
-    for g in [*q.queries, "all"]:
-        for mode in modes:
-            serve = q.serve(mode, g)
-            rows.append(
-                (
-                    g,
-                    mode,
-                    _rate(serve.acceptable if serve else None),
-                    f"{serve.hits - serve.refused - serve.estimated} / {serve.refused} / "
-                    f"{serve.estimated}"
-                    if serve
-                    else "n/a",
-                    _rate(q.random.get(g)),
-                    _rate(q.reanswer.get(g)),
-                    _pairwise(q, mode, g),
-                    _judge_mu(cmp_, mode, g),
-                )
-            )
+    rows = _quality_rows(q, cmp_, modes)
     lines += [
         "",
         *_table(
@@ -1078,7 +1086,7 @@ def _shared_prompts(col: CollectResult) -> list[str]:
     return [
         "",
         "Asked together: " + "; ".join(parts) + ". Each is still recorded and cached as its "
-        "own call; the model read one prompt per moment (`agent_core.ratings`).",
+        "own call; the model read one prompt per moment (`agent_core.rating_batch`).",
     ]
 
 

@@ -16,12 +16,13 @@ from pydantic import BaseModel
 from llmcache.embedders import Embedder, default_embedder
 from llmcache.llm import LLMConnection, open_llm
 
+from ._adapter import Adapter
 from ._budget_study import budget_study
 from ._collect import collect, run_paths
 from ._cost_study import cost_study
 from ._data import MODES, EmbeddingStore, Prompt, load_run
-from ._evaluate import Adapter, compare, correlation
 from ._judge import Judge, LLMJudge, ReferenceJudge
+from ._judged import compare, correlation
 from ._profiles import Profile
 from ._quality import quality, text_agreements
 from ._results import (
@@ -215,36 +216,36 @@ class Study:
     def _correlation(self) -> CorrelationResult:
         bar, tick = self._judge_progress("correlation: judging")
         try:
-            with self._adapter() as adapter:
-                return correlation(
-                    self.run(1),
-                    self.run(2),
-                    self.store,
-                    adapter,
-                    self._judges(),
-                    per_group=self.profile.correlation_queries,
-                    llm_judge_queries=self.profile.llm_judge_queries,
-                    seed=self.profile.seed,
-                    progress=tick,
-                )
+            adapter = self._adapter()
+            return correlation(
+                self.run(1),
+                self.run(2),
+                self.store,
+                adapter,
+                self._judges(),
+                per_group=self.profile.correlation_queries,
+                llm_judge_queries=self.profile.llm_judge_queries,
+                seed=self.profile.seed,
+                progress=tick,
+            )
         finally:
             bar.close()
 
     def _compare(self) -> CompareResult:
         bar, tick = self._judge_progress("compare: judging")
         try:
-            with self._adapter() as adapter:
-                return compare(
-                    self.run(self.profile.runs),
-                    self.run(1),
-                    self.store,
-                    adapter,
-                    self._judges(),
-                    per_group=self.profile.compare_queries,
-                    llm_judge_queries=self.profile.llm_judge_queries,
-                    seed=self.profile.seed,
-                    progress=tick,
-                )
+            adapter = self._adapter()
+            return compare(
+                self.run(self.profile.runs),
+                self.run(1),
+                self.store,
+                adapter,
+                self._judges(),
+                per_group=self.profile.compare_queries,
+                llm_judge_queries=self.profile.llm_judge_queries,
+                seed=self.profile.seed,
+                progress=tick,
+            )
         finally:
             bar.close()
 
@@ -270,25 +271,25 @@ class Study:
         pairwise = self.tier_model(self.profile.pairwise_tier)
         bar = self._bar(len(held_out), "quality: serving the held-out run")
         try:
-            with self._adapter() as adapter:
-                return quality(
-                    self.run(1),
-                    held_out,
-                    [self.run(n) for n in range(1, self.profile.runs + 1)],
-                    self.store,
-                    adapter,
-                    # Cached vs true, each pair in both orders: disagreement is a tie.
-                    LLMJudge(
-                        self.conn.client,
-                        model=pairwise,
-                        shuffles=2,
-                        seed=self.profile.seed,
-                        name=f"pairwise ({pairwise})",
-                    ),
-                    llm_judge_queries=self.profile.llm_judge_queries,
+            adapter = self._adapter()
+            return quality(
+                self.run(1),
+                held_out,
+                [self.run(n) for n in range(1, self.profile.runs + 1)],
+                self.store,
+                adapter,
+                # Cached vs true, each pair in both orders: disagreement is a tie.
+                LLMJudge(
+                    self.conn.client,
+                    model=pairwise,
+                    shuffles=2,
                     seed=self.profile.seed,
-                    progress=bar.update,
-                )
+                    name=f"pairwise ({pairwise})",
+                ),
+                llm_judge_queries=self.profile.llm_judge_queries,
+                seed=self.profile.seed,
+                progress=bar.update,
+            )
         finally:
             bar.close()
 

@@ -52,7 +52,7 @@ class CategoryCounts(BaseModel):
     resubmitted: int = 0  # needed more than one attempt
     escalated: int = 0  # answered (or last tried) by the superior model
     fell_back: int = 0  # no valid answer at all: the town used its default
-    # Answered inside a prompt that asked several (importance ratings, agent_core.ratings), and
+    # Answered inside a prompt that asked several (importance ratings, agent_core.rating_batch), and
     # those prompts.
     batched: int = 0
     batches: int = 0
@@ -296,7 +296,7 @@ class PairwiseTally(BaseModel):
 
 class QualityResult(BaseModel):
     """Acceptable answers per group and mode, and the cost-quality curves of a threshold
-    sweep on the held-out run (issue 11)."""
+    sweep on the held-out run."""
 
     query_run: int
     table_run: int
@@ -353,7 +353,7 @@ class BudgetRun(BaseModel):
 
 
 class BudgetResult(BaseModel):
-    """The wrong-hit budget on the town (issue 12): the held-out run answered online, with
+    """The wrong-hit budget on the town: the held-out run answered online, with
     every served answer judged against the true answer by its template's tolerance."""
 
     query_run: int

@@ -1,85 +1,24 @@
-"""Retrieval over recorded runs: similarity distributions, saturation, observed actors.
-
-Offline and exact: a query's similarity to a table is the cosine of its description's vector
-to every entry's (numpy), normalised as the study does, (cos + 1) / 2. The live cache finds the
-same nearest entry (its index is exact up to 10k entries per table, and HNSW at recall ~1
-above); doing it in numpy lets an experiment see *all* similarities, not just the top k.
-"""
+"""The retrieval experiments over recorded runs: similarity distributions (Fig 3.3), saturation
+and observed actors, on the exact tables of :mod:`._tables`."""
 
 from __future__ import annotations
 
 import json
 import random
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ._data import MODES, EmbeddingStore, Prompt, kept_groups, tables
+from ._data import MODES, EmbeddingStore, Prompt
 from ._results import ObservedResult, SaturationCurve, SaturationResult, SimilarityResult
 from ._stats import mean_std, pearson, saturation_point
+from ._tables import TableIndex, sample_per_group
 
-__all__ = [
-    "TableIndex",
-    "normalised",
-    "observed_actors",
-    "sample_per_group",
-    "saturation",
-    "similarity_distribution",
-]
+__all__ = ["observed_actors", "saturation", "similarity_distribution"]
 
 HOURS_OF_DATA_PER_DAY = 1 / 2.5  # the study: 1 hour of data = 2.5 simulated days
-
-
-def normalised(cosine: NDArray[np.float32] | float) -> NDArray[np.float64]:
-    return (np.asarray(cosine, dtype=np.float64) + 1.0) / 2.0
-
-
-def sample_per_group(
-    prompts: Sequence[Prompt], n: int | None, rng: random.Random
-) -> dict[str, list[Prompt]]:
-    """Up to ``n`` prompts per group (all when fewer, or when ``n`` is None), seeded."""
-    by_group: dict[str, list[Prompt]] = defaultdict(list)
-    for p in prompts:
-        by_group[p.group].append(p)
-    out: dict[str, list[Prompt]] = {}
-    for g in kept_groups():
-        items = by_group.get(g, [])
-        out[g] = items if n is None or len(items) <= n else sorted(rng.sample(items, n), key=_idx)
-    return out
-
-
-def _idx(p: Prompt) -> int:
-    return p.index
-
-
-class TableIndex:
-    """One run's tables in one mode: the entries' vectors per (category, agent)."""
-
-    def __init__(self, prompts: Sequence[Prompt], store: EmbeddingStore, mode: str) -> None:
-        self.mode = mode
-        self.tables = tables(prompts)
-        self.vectors: dict[tuple[str, str], NDArray[np.float32]] = {
-            key: store.embed([p.description(mode) for p in items])
-            for key, items in self.tables.items()
-        }
-
-    def similarities(
-        self, query_vector: NDArray[np.float32], key: tuple[str, str], *, upto: int | None = None
-    ) -> tuple[list[Prompt], NDArray[np.float64]]:
-        """The table's entries (those made within ``upto`` elapsed minutes) and their similarity."""
-        items = self.tables.get(key, [])
-        if not items:
-            return [], np.zeros(0)
-        vectors = self.vectors[key]
-        if upto is not None:
-            n = sum(1 for p in items if p.elapsed_minutes <= upto)
-            items, vectors = items[:n], vectors[:n]
-        if not items:
-            return [], np.zeros(0)
-        return items, normalised(vectors @ query_vector)
 
 
 def similarity_distribution(
@@ -167,7 +106,7 @@ def saturation(
     rng = random.Random(f"{seed}:saturation")
     qs = list(queries)
     if max_queries is not None and len(qs) > max_queries:
-        qs = sorted(rng.sample(qs, max_queries), key=_idx)
+        qs = sorted(rng.sample(qs, max_queries), key=lambda p: p.index)
     per_run = _thresholds(days, thresholds)
     combined = _thresholds(days * len(table_runs), thresholds * len(table_runs))
     curves: dict[str, list[SaturationCurve]] = {}

@@ -37,15 +37,15 @@ __all__ = ["DEFAULT_EXACT_LIMIT", "AutoIndex", "ExactIndex", "HnswIndex"]
 
 logger = logging.getLogger(__name__)
 
-# Up to this many vectors AutoIndex searches exactly. A brute-force search reads every vector
-# (1.5 kB each at 384-d), so its time grows with the table: on a 2-core VM, 10k vectors take
-# ~0.2-0.7 ms -- less than embedding the query -- while HNSW takes ~0.1-0.3 ms. Below the limit
-# exact search also costs no recall, no graph memory and no insert time (an HNSW insert is a
-# graph search, ~1-4 ms here). Measured by benchmarks/bench_index.py (--crossover).
+# Up to this many vectors AutoIndex searches exactly. A brute-force search reads every vector,
+# so its time grows with the table, but up to this size it was measured no slower than HNSW
+# (docs/performance.md, "exact against HNSW search below the limit"; benchmarks/bench_index.py
+# --crossover). Below the limit exact search also costs no recall, no graph memory and no
+# insert time, where every HNSW insert is a graph search.
 DEFAULT_EXACT_LIMIT = 10_000
 
-# Vectors per add_items call of a background build: small enough that a cancelled build stops
-# within about a second on 2 cores.
+# Vectors per add_items call of a background build: a cancelled build stops after the chunk in
+# progress, so a chunk must be small.
 _BUILD_CHUNK = 256
 
 # Indexes with a background build that may still run; stopped and joined at exit.
@@ -257,12 +257,11 @@ class HnswIndex:
         self,
         dim: int,
         *,
-        # M=32 rather than hnswlib's usual 16: on 100k random 384-d vectors, near-duplicate
-        # queries found their neighbour 99.6% of the time at ef_search=64 (M=16: 85%, and
-        # 97% even at ef_search=128) for a 2.6x slower build; a missed neighbour is a
-        # needless LLM call. On real embeddings (MiniLM, 100k questions) both find 99.8% of
-        # paraphrases' neighbours and M=32 still builds in 40 s on 2 cores (M=16: 16 s), so
-        # the robust choice costs little. See benchmarks/bench_index.py, docs/performance.md.
+        # M=32 rather than hnswlib's usual 16: on random vectors, the hard case for a graph,
+        # M=16 missed the neighbour of near-duplicate queries far more often, and a missed
+        # neighbour is a needless LLM call. On real embeddings both find it and M=32 still
+        # builds within the goal, so the robust choice costs little build time. The figures:
+        # docs/performance.md (the HNSW rows; benchmarks/bench_index.py).
         M: int = 32,
         ef_construction: int = 200,
         ef_search: int = 64,

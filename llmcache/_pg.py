@@ -774,8 +774,8 @@ class PgBackend:
         rows. An HNSW index answers in a time that barely grows with them, approximately (like
         the embedded backend's hnswlib), at the backend's ``ef_search``; docs/performance.md
         has both measured at 1k-100k rows. The defaults (``m`` 16, ``ef_construction`` 64)
-        were chosen there: a larger graph bought the same recall at a higher latency and 2.5x
-        the build time. The index covers only this partition (a partial index), so other
+        were chosen there: a larger graph bought the same recall at a higher latency and a
+        longer build. The index covers only this partition (a partial index), so other
         partitions keep their exact, correct search. Built ``CONCURRENTLY``: writers are not
         blocked meanwhile. Processes notice the new index within 30 seconds. Idempotent.
         """
@@ -835,13 +835,14 @@ class PgBackend:
         per row (an index-only scan).
 
         A town writes its tables interleaved, so the rows of one table end up scattered over
-        the whole ``entries`` table: at a million rows a lookup in a 1,000-row table touched
-        about 1,000 pages, most of them read from the operating system. With this index it
-        touched about 260, and its p99 fell about threefold; the price is more than twice the
-        disk (each vector is stored twice) and slightly slower writes (docs/performance.md).
-        An operator's call, for caches larger than the server's memory. Built
-        ``CONCURRENTLY``, then ``VACUUM (ANALYZE)``, which marks pages all-visible so the scan
-        need not visit the heap; autovacuum keeps that up afterwards. Idempotent.
+        the whole ``entries`` table: a lookup reads about one page per row, most of them from
+        the operating system once the table outgrows the server's memory. With this index it
+        reads far fewer pages and its tail latency falls; the price is more disk (each vector
+        is stored twice) and slower writes. The figures: docs/performance.md ("Postgres, 1M
+        rows in many partitions"). An operator's call, for caches larger than the server's
+        memory. Built ``CONCURRENTLY``, then ``VACUUM (ANALYZE)``, which marks pages
+        all-visible so the scan need not visit the heap; autovacuum keeps that up afterwards.
+        Idempotent.
         """
         statement = sql.SQL(
             "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON entries (pkey, id)"

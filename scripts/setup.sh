@@ -11,7 +11,9 @@ HNSWLIB_REQUIREMENT="hnswlib==0.8.0"  # pyproject.toml asks for hnswlib>=0.8
 
 PYTHON=${PYTHON:-python3}
 with_llm=1
-extras="dev,pg,experiments"
+# The library's own extras, and the repository's dependency groups (pyproject.toml).
+extras="pg"
+groups="dev experiments"
 for arg in "$@"; do
   case "$arg" in
     --no-llm) with_llm=0 ;;
@@ -32,6 +34,14 @@ if ! .venv/bin/python -c "import hnswlib" 2>/dev/null; then
         HNSWLIB_NO_NATIVE=1 CFLAGS="$PORTABLE_MARCH" CXXFLAGS="$PORTABLE_MARCH"
 fi
 .venv/bin/python -m pip install --quiet -e ".[${extras}]"
+group_args=()
+for group in $groups; do group_args+=(--group "$group"); done
+.venv/bin/python -m pip install --quiet "${group_args[@]}"
+# A development install of the town and the study: the wheel holds llmcache alone, so the
+# repository itself goes on the venv's path, and agent_core and experiments (with the town's
+# data files) import from this checkout wherever a command runs (notebooks, benchmarks).
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+pwd > "$site/llmcache-repository.pth"
 
 if [ "$with_llm" = 1 ] && [ -f scripts/install_llm.sh ]; then
   bash scripts/install_llm.sh

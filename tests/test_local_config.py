@@ -28,8 +28,7 @@ from llmcache.llm import (
     LocalServerError,
     WeightsPackage,
     _defaults,
-    _models,
-    _server,
+    _runtime,
     find_llama_server,
     find_model,
     open_llm,
@@ -238,7 +237,7 @@ def test_local_defaults_are_one_set() -> None:
 def test_missing_binary_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LLMCACHE_LLAMA_SERVER", raising=False)
     monkeypatch.setenv("PATH", "")
-    monkeypatch.setattr(_server, "_module_dir", lambda module: None)  # fault: not installed
+    monkeypatch.setattr(_runtime, "package_dir", lambda module: None)  # fault: not installed
     with pytest.raises(LocalServerError) as caught:
         find_llama_server()
     message = str(caught.value)
@@ -257,8 +256,8 @@ def test_shared_library_links_are_made_once(tmp_path: Path) -> None:
     (tmp_path / "_symlinks.json").write_text(
         json.dumps({"libx.so.0": "libx.so.0.1.0", "libx.so": "libx.so.0"}), encoding="utf-8"
     )
-    _server._link_shared_libraries(tmp_path)
-    _server._link_shared_libraries(tmp_path)  # idempotent
+    _runtime._link_shared_libraries(tmp_path)
+    _runtime._link_shared_libraries(tmp_path)  # idempotent
     assert os.readlink(tmp_path / "libx.so.0") == "libx.so.0.1.0"
     assert (tmp_path / "libx.so").resolve() == (tmp_path / "libx.so.0.1.0").resolve()
 
@@ -446,7 +445,7 @@ def test_the_default_model_is_made_from_the_shipped_file() -> None:
 
 def test_install_script_pins_match_the_registry() -> None:
     script = REPO / "scripts" / "install_llm.sh"
-    assert f'RUNTIME_REQUIREMENT="{_models.LLAMA_SERVER_REQUIREMENT}"' in script.read_text()
+    assert f'RUNTIME_REQUIREMENT="{_runtime.LLAMA_SERVER_REQUIREMENT}"' in script.read_text()
     for name, spec in MODELS.items():
         listed = subprocess.run(
             ["bash", str(script), "--print-requirements", name],

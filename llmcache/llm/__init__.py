@@ -50,7 +50,8 @@ from ._models import (
     model_alias,
     model_dir,
 )
-from ._server import LocalServer, default_threads, find_llama_server
+from ._runtime import find_llama_server
+from ._server import LocalServer, default_threads
 
 __all__ = [
     "DEFAULT_MODEL",

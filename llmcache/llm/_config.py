@@ -350,6 +350,28 @@ def resolve_llm_backend(
             without a base URL or model, an unknown local model name, a bad number.
     """
     environ = os.environ if env is None else env
+    explicit = {
+        "LLMCACHE_LLM": kind.value if isinstance(kind, LLMKind) else kind,
+        "LLMCACHE_MODEL": model,
+        "LLMCACHE_SUPERIOR_MODEL": superior_model,
+        "LLMCACHE_BASE_URL": base_url,
+    }
+    settings, source = _merged_settings(environ, config_file, explicit)
+    chosen = _kind(settings)
+    if chosen is LLMKind.OPENAI:
+        return _openai_backend(settings, environ, source)
+    if chosen is LLMKind.URL:
+        return _url_backend(settings, source)
+    return _local_backend(settings, source)
+
+
+def _merged_settings(
+    environ: Mapping[str, str],
+    config_file: str | os.PathLike[str] | None,
+    explicit: Mapping[str, str | None],
+) -> tuple[dict[str, str], str]:
+    """The ``LLMCACHE_*`` settings, each from its highest-precedence source, and which sources
+    gave any (for reports): the file first, then the environment, then the arguments."""
     settings: dict[str, str] = {}
     sources: list[str] = []
     file_name = config_file if config_file is not None else environ.get("LLMCACHE_CONFIG")
@@ -360,61 +382,65 @@ def resolve_llm_backend(
     if from_env:
         settings.update(from_env)
         sources.append("environment")
-    explicit = {
-        "LLMCACHE_LLM": kind.value if isinstance(kind, LLMKind) else kind,
-        "LLMCACHE_MODEL": model,
-        "LLMCACHE_SUPERIOR_MODEL": superior_model,
-        "LLMCACHE_BASE_URL": base_url,
-    }
     explicit_set = {k: v for k, v in explicit.items() if v is not None}
     if explicit_set:
         settings.update(explicit_set)
         sources.append("arguments")
-    source = " + ".join(sources) or "defaults"
+    return settings, " + ".join(sources) or "defaults"
 
+
+def _kind(settings: Mapping[str, str]) -> LLMKind:
+    # A base URL alone means "that server": nobody sets one to run the local model.
     url = settings.get("LLMCACHE_BASE_URL") or None
     raw_kind = settings.get("LLMCACHE_LLM") or ("url" if url else "local")
     try:
-        chosen = LLMKind(raw_kind.strip().lower())
+        return LLMKind(raw_kind.strip().lower())
     except ValueError:
         raise ConfigurationError(
             f"LLM backend {raw_kind!r}: use one of local, openai, url (or a base URL)"
         ) from None
-    wanted_model = settings.get("LLMCACHE_MODEL") or None
-    wanted_superior = settings.get("LLMCACHE_SUPERIOR_MODEL") or None
 
-    if chosen is LLMKind.OPENAI:
-        if not environ.get("OPENAI_API_KEY"):
-            raise ConfigurationError(
-                "LLMCACHE_LLM=openai needs OPENAI_API_KEY in the environment; unset "
-                "LLMCACHE_LLM to run on the local model instead"
-            )
-        return LLMBackend(
-            kind=chosen,
-            model=wanted_model or OPENAI_DEFAULT_MODEL,
-            superior_model=wanted_superior or OPENAI_DEFAULT_SUPERIOR_MODEL,
-            base_url=url,
-            api_key_env="OPENAI_API_KEY",
-            source=source,
-        )
-    if chosen is LLMKind.URL:
-        if url is None:
-            raise ConfigurationError("LLMCACHE_LLM=url needs LLMCACHE_BASE_URL (e.g. .../v1)")
-        if wanted_model is None:
-            raise ConfigurationError(
-                "LLMCACHE_LLM=url needs LLMCACHE_MODEL: the name the server knows the model by"
-            )
-        return LLMBackend(
-            kind=chosen,
-            model=wanted_model,
-            superior_model=wanted_superior or wanted_model,
-            base_url=url,
-            api_key_env="LLMCACHE_API_KEY",
-            source=source,
-        )
 
-    model_ref = wanted_model or DEFAULT_MODEL
-    superior_ref = wanted_superior or DEFAULT_SUPERIOR_MODEL
+def _openai_backend(
+    settings: Mapping[str, str], environ: Mapping[str, str], source: str
+) -> LLMBackend:
+    if not environ.get("OPENAI_API_KEY"):
+        raise ConfigurationError(
+            "LLMCACHE_LLM=openai needs OPENAI_API_KEY in the environment; unset "
+            "LLMCACHE_LLM to run on the local model instead"
+        )
+    return LLMBackend(
+        kind=LLMKind.OPENAI,
+        model=settings.get("LLMCACHE_MODEL") or OPENAI_DEFAULT_MODEL,
+        superior_model=settings.get("LLMCACHE_SUPERIOR_MODEL") or OPENAI_DEFAULT_SUPERIOR_MODEL,
+        base_url=settings.get("LLMCACHE_BASE_URL") or None,
+        api_key_env="OPENAI_API_KEY",
+        source=source,
+    )
+
+
+def _url_backend(settings: Mapping[str, str], source: str) -> LLMBackend:
+    url = settings.get("LLMCACHE_BASE_URL") or None
+    if url is None:
+        raise ConfigurationError("LLMCACHE_LLM=url needs LLMCACHE_BASE_URL (e.g. .../v1)")
+    model = settings.get("LLMCACHE_MODEL") or None
+    if model is None:
+        raise ConfigurationError(
+            "LLMCACHE_LLM=url needs LLMCACHE_MODEL: the name the server knows the model by"
+        )
+    return LLMBackend(
+        kind=LLMKind.URL,
+        model=model,
+        superior_model=settings.get("LLMCACHE_SUPERIOR_MODEL") or model,
+        base_url=url,
+        api_key_env="LLMCACHE_API_KEY",
+        source=source,
+    )
+
+
+def _local_backend(settings: Mapping[str, str], source: str) -> LLMBackend:
+    model_ref = settings.get("LLMCACHE_MODEL") or DEFAULT_MODEL
+    superior_ref = settings.get("LLMCACHE_SUPERIOR_MODEL") or DEFAULT_SUPERIOR_MODEL
     for ref in (model_ref, superior_ref):
         if ref not in MODELS and not ref.endswith(".gguf"):
             raise ConfigurationError(
@@ -429,7 +455,7 @@ def resolve_llm_backend(
         threads=_int(settings, "LLMCACHE_LOCAL_THREADS", None),
     )
     return LLMBackend(
-        kind=chosen,
+        kind=LLMKind.LOCAL,
         model=model_alias(model_ref),
         superior_model=model_alias(superior_ref),
         local=local,

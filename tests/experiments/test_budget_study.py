@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from agent_core import TextAgreement, TownCall
-from agent_core.templates import Requirements
+from agent_core import Requirements, TextAgreement, TownCall
 from experiments._budget_study import STATIC_THRESHOLD, equivalence, summarise
 from experiments._results import BudgetGroup
 

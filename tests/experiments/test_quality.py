@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from experiments._data import ALL
 from experiments._judge import Judgement
-from experiments._quality import ALL, Served, calibrate, rate, sweep, tally, thresholds
+from experiments._quality import Served, calibrate, rate, sweep, tally, thresholds
 from experiments._report import _quality_section
 from experiments._results import PairwiseTally, QualityResult
 from experiments._stats import wilson_interval

@@ -258,7 +258,7 @@ def test_ratings_asked_together_are_counted_from_the_runs() -> None:
     assert sentence == [
         "Asked together: 75 of 120 importance score calls (62.5%) were answered 3.3 to a "
         "prompt, in 23 prompts. Each is still recorded and cached as its own call; the model "
-        "read one prompt per moment (`agent_core.ratings`)."
+        "read one prompt per moment (`agent_core.rating_batch`)."
     ]
 
 

@@ -1,4 +1,5 @@
-"""Importance ratings of one moment answered by one prompt (agent_core.ratings), below the cache:
+"""Importance ratings of one moment answered by one prompt (agent_core.rating_batch), below the
+cache:
 each rating is still its own call, cached and recorded on its own."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from openai.types.chat import ChatCompletion
 
 from agent_core import Simulation, TownCall, load_agents, open_town_llm, template
 from agent_core.call import town_call
-from agent_core.ratings import RatingBatcher, batch_request
+from agent_core.rating_batch import RatingBatcher, batch_request
 from agent_core.testing import ScriptedLLM
 from llmcache import Mode
 from llmcache.recording import read_records

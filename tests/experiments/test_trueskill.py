@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import trueskill
 
-import experiments._rating as rating_module
+import experiments._trueskill as rating_module
 from experiments._judge import Judgement
-from experiments._rating import STUDY_ENV, rate, rating_table
+from experiments._trueskill import STUDY_ENV, rate, rating_table
 
 
 def _j(
