@@ -58,9 +58,9 @@ __all__ = ["VARIETY_BAND", "StreamedCall", "run_cached_call", "start_streamed_ca
 
 logger = logging.getLogger("llmcache")
 
-#: How far under the nearest entry's cosine another may lie and still count as an answer to a
-#: near-identical prompt, for variety.
-VARIETY_BAND = 0.005
+#: How far under the nearest entry's cosine a lookup still fetches candidates when variety may
+#: draw from the answers to one prompt (their vectors are equal: only rounding lies between).
+VARIETY_BAND = 1e-4
 # How many neighbours a lookup fetches when variety may draw from several.
 _VARIETY_K = 8
 
@@ -337,22 +337,24 @@ class _CachedCall:
 
     def _varied(self, candidates: list[Candidate], floor: float) -> Candidate:
         """The candidate to serve: the nearest, or with variety one drawn at random from the
-        near-identical ones (within :data:`VARIETY_BAND` of the nearest and at or above
-        ``floor``) whose stored answer can be served."""
+        answers stored for the nearest one's very prompt (the same embedding text: twins,
+        explorations, earlier misses of it) that lie at or above ``floor`` and can be
+        served. Only answers to the same prompt: a neighbour's answer, however close, is a
+        different hit, which the threshold alone decides."""
         best = candidates[0]
         if not self.variety:
             return best
-        near = [
+        same = [
             c
             for c in candidates
-            if c.similarity.cosine >= max(floor, best.similarity.cosine - VARIETY_BAND)
+            if c.entry.embed_text == best.entry.embed_text and c.similarity.cosine >= floor
         ]
-        if len(near) < 2:
+        if len(same) < 2:
             return best
-        chosen = self.cache.draw(near)
+        chosen = self.cache.draw(same)
         if chosen is not best and self.shape.answer_problem(chosen.entry) is not None:
             return best  # damaged: the lookup evicts it when it is the nearest
-        self.info.choices = len(near)
+        self.info.choices = len(same)
         return chosen
 
     def _label(self, candidate: Candidate, ok: bool) -> None:

@@ -102,9 +102,9 @@ class CacheConfig(BaseModel):
     the share of misses asked twice while the pairs that measure the model's own variability
     are too few (0: never).
 
-    ``variety`` serves a hit from one of the table's near-identical stored answers drawn at
-    random rather than always the nearest, so that agents asking one thing again do not
-    always hear one answer; ``None`` (the default) turns it on for requests that sample (no
+    ``variety`` serves a hit from one of the answers stored for the nearest entry's very prompt
+    (twins, explorations, earlier misses of it), drawn at random, rather than always the one
+    nearest, so that agents asking one thing again do not always hear one answer; ``None`` (the default) turns it on for requests that sample (no
     ``temperature=0``). ``explore_seed`` seeds the draws that pick which would-be hits are explored
     (``None``:
     unseeded), so a replayed stream explores the same calls again; it is read when the cache

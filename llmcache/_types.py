@@ -418,8 +418,8 @@ class CallInfo(BaseModel):
     the miss was asked a second time, for a pair of fresh answers (``twin_tokens``/``twin_usd``
     what that cost, inside ``usage``/``cost_usd``), and ``pair`` what the pair showed
     (``True``: the two fresh answers agreed), also for a label whose cached entry answered the
-    very same prompt. ``choices`` is how many near-identical stored answers a hit was drawn
-    from (1: the nearest, as without variety).
+    very same prompt. ``choices`` is how many stored answers to the nearest entry's prompt a hit
+    was drawn from (1: the nearest, as without variety).
 
     With a verifier (docs/wrong-hit-budget.md), ``verified`` is its verdict on this call's
     near miss (``True``: served as a hit, unless the cached answer then failed the query's
