@@ -104,7 +104,8 @@ class CacheConfig(BaseModel):
 
     ``variety`` serves a hit from one of the answers stored for the nearest entry's very prompt
     (twins, explorations, earlier misses of it), drawn at random, rather than always the one
-    nearest, so that agents asking one thing again do not always hear one answer; ``None`` (the default) turns it on for requests that sample (no
+    nearest, so that agents asking one thing again do not always hear one answer; ``None`` (the
+    default) turns it on for requests that sample (no
     ``temperature=0``). ``explore_seed`` seeds the draws that pick which would-be hits are explored
     (``None``:
     unseeded), so a replayed stream explores the same calls again; it is read when the cache
