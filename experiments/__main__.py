@@ -80,19 +80,29 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
     budget_path = out / "budget.json"
     if budget_path.exists():
         budget = load_result(BudgetResult, budget_path)
-        print("wrong hits served online, under a wrong-hit budget and at the static default:")
+        print(
+            "served answers' excess of unacceptable ones over the model's own second answers "
+            "(points, 95% interval), online:"
+        )
         for run in budget.runs:
             total = run.groups.get("all")
             if total is None:
                 continue
-            name = f"δ = {run.budget:g}" if run.budget is not None else f"static {run.threshold:g}"
-            wrong = (
-                f"{total.wrong}/{total.hits} hits wrong ({100 * total.wrong_rate:.1f}%)"
-                if total.wrong_rate is not None
-                else "no hits"
+            if run.config == "budget":
+                name = f"δ = {run.budget:g}" + ("" if run.pooled else " alone")
+            elif run.config == "static":
+                name = f"static {run.threshold:g}"
+            else:
+                name = run.config
+            p = total.paired
+            excess = (
+                f"{100 * p.excess:+.1f} [{100 * (p.low or 0):+.1f}, {100 * (p.high or 0):+.1f}]"
+                f" on {p.pairs} pairs"
+                if p.excess is not None
+                else "nothing served to pair"
             )
             print(
-                f"  {run.mode:8} {name:12} {wrong}, "
+                f"  {run.mode:8} {name:16} {total.hits:5d} served, excess {excess}, "
                 f"{100 * (total.cost_reduction or 0):.1f}% cost cut"
             )
     sat_path = out / "saturation.json"

@@ -554,38 +554,42 @@ def plot_quality(result: QualityResult, path: str | Path) -> Path:
 
 
 def plot_budget(result: BudgetResult, path: str | Path) -> Path:
-    """Per group, each cache configuration's wrong-hit rate (95% Wilson interval) against its
-    cost cut: every budget δ beside the static default threshold, per mode, with δ drawn as
-    the line a budget promises to stay under."""
+    """Per group, each cache configuration's excess over the model's own variability (points,
+    with its paired 95% interval) against its cost cut: every budget δ beside the static
+    default threshold, serve mode and a random answer, per mode, with δ drawn as the line a
+    budget promises to stay under."""
     groups = _unique(g for r in result.runs for g in r.groups)
     fig, axes = _grid(len(groups), 4, width=4.0, height=3.4)
     if not groups:
         _empty(axes[0], "no runs")
+    markers = {"budget": "o", "static": "s", "serve": "^", "random": "x"}
     for ax, group in zip(axes, groups, strict=False):
         drawn = False
         for i, run in enumerate(result.runs):
             row = run.groups.get(group)
-            if row is None or row.wrong_rate is None or row.cost_reduction is None:
+            if row is None or row.cost_reduction is None or row.paired.excess is None:
                 continue
+            p = row.paired
             drawn = True
-            x, y = 100 * row.cost_reduction, 100 * row.wrong_rate
-            # Rounding can put an interval's end a hair inside its point: clamp at zero.
-            err = [[max(0.0, y - 100 * row.wrong_low)], [max(0.0, 100 * row.wrong_high - y)]]
-            static = run.budget is None
-            label = f"{run.mode}: " + (
-                f"static {run.threshold:.2f}" if static else f"δ = {run.budget:g}"
-            )
-            ax.errorbar(x, y, yerr=err, fmt="s" if static else "o", ms=6, capsize=3,
-                        color=_color(run.mode, i), mfc="white" if static else None,
-                        label=label)  # fmt: skip
+            x, y = 100 * row.cost_reduction, 100 * (p.excess or 0.0)
+            low, high = 100 * (p.low or 0.0), 100 * (p.high or 0.0)
+            err = [[max(0.0, y - low)], [max(0.0, high - y)]]
+            name = run.config if run.config != "budget" else f"δ = {run.budget:g}"
+            if run.config == "budget" and not run.pooled:
+                name += " (per table)"
+            hollow = run.config != "budget" or not run.pooled
+            ax.errorbar(x, y, yerr=err, fmt=markers[run.config], ms=6, capsize=3,
+                        color=_color(run.mode, i), mfc="white" if hollow else None,
+                        label=f"{run.mode}: {name}")  # fmt: skip
         for budget in sorted({r.budget for r in result.runs if r.budget is not None}):
             ax.axhline(100 * budget, color="black", ls=":", lw=1)
-        _cost_cut_panel(ax, drawn, empty="no hits", ylabel="wrong hits (% of served)",
+        ax.axhline(0.0, color="gray", lw=0.6)
+        _cost_cut_panel(ax, drawn, empty="no hits", ylabel="excess (points)",
                         legend="upper left")  # fmt: skip
         ax.set_title(_short(group), fontsize=9)
     fig.suptitle(
         f"Wrong-hit budget: run {result.query_run} answered online from run "
-        f"{result.table_run}'s tables (dotted: δ)"
+        f"{result.table_run}'s tables; excess over the model's own second answers (dotted: δ)"
     )
     fig.tight_layout()
     return _save(fig, path)

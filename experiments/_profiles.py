@@ -51,6 +51,9 @@ class Profile(BaseModel):
     # The wrong-hit budgets δ the budget step runs the held-out run under (beside the static
     # default threshold).
     budgets: list[float] = Field(default_factory=lambda: [0.05])
+    # Second answers the model is asked, per group and configuration at most, to pair with the
+    # served answers of the budget step (the floor is 100 per group).
+    reanswer_sample: int = Field(default=100, ge=1)
     # Which tier judges: the simulation's own model ("default") or the superior one. The
     # reference judge always runs beside it.
     judge_tier: str = Field(default="superior", pattern="^(default|superior)$")

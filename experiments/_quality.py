@@ -46,7 +46,7 @@ from ._results import (
     RateCI,
     TextCalibration,
 )
-from ._stats import STUDY_REGIONS, split_regions, wilson_interval
+from ._stats import STUDY_REGIONS, rate, split_regions
 from ._tables import TableIndex
 
 __all__ = [
@@ -54,7 +54,6 @@ __all__ = [
     "Served",
     "calibrate",
     "quality",
-    "rate",
     "reanswers",
     "sweep",
     "tally",
@@ -83,17 +82,6 @@ class Served:
     miss_usd: float  # the recorded call
     hit_usd: float = 0.0  # the modifier's LLM calls (revise), measured
     revise: bool = False
-
-
-def rate(acceptable: int, answers: int) -> RateCI:
-    lo, hi = wilson_interval(acceptable, answers)
-    return RateCI(
-        acceptable=acceptable,
-        answers=answers,
-        rate=acceptable / answers if answers else None,
-        low=lo,
-        high=hi,
-    )
 
 
 def _revise_estimates(rows: Iterable[Served]) -> dict[str, float]:

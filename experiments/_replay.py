@@ -58,4 +58,10 @@ class ReplayClient:
     """
 
     def __init__(self, prompts: Sequence[Prompt]) -> None:
-        self.chat = _Chat({messages_key(p.messages): p for p in prompts})
+        self._answers = {messages_key(p.messages): p for p in prompts}
+        self.chat = _Chat(self._answers)
+
+    def answer_for(self, messages: Any) -> Prompt | None:
+        """The recorded prompt that answers ``messages`` (the last of them, when asked more
+        than once), or ``None``."""
+        return self._answers.get(messages_key(messages))

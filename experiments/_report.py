@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from statistics import median
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -765,69 +766,138 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
 
 
 def _config_name(run: BudgetRun) -> str:
-    if run.budget is not None:
-        return f"δ = {run.budget:g}"
-    return f"static {_num(run.threshold, 2)}"
+    if run.config == "budget":
+        return f"δ = {run.budget:g}" + ("" if run.pooled else ", per-table evidence")
+    if run.config == "static":
+        return f"static {_num(run.threshold, 2)}"
+    return {"serve": "serve mode", "random": "random answer"}[run.config]
 
 
-def _wrong(row: BudgetGroup) -> str:
-    if row.wrong_rate is None:
-        return "no hits"
+def _points(x: float | None, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{100 * x:+.{digits}f}"
+
+
+def _excess(row: BudgetGroup) -> str:
+    p = row.paired
+    if not p.pairs or p.excess is None:
+        return "n/a"
+    return f"{_points(p.excess)} [{_points(p.low)}, {_points(p.high)}] ({p.pairs} pairs)"
+
+
+def _variety(row: BudgetGroup) -> str:
+    if row.distinct_served is None:
+        return "n/a"
+    return f"{row.distinct_served:.0f} / {row.distinct_fresh or 0:.0f}"
+
+
+def _headline(run: BudgetRun) -> str | None:
+    """The budget's headline, computed: "X% cheaper at an excess of Y points [interval] over
+    the model's own variability"."""
+    total = run.groups.get("all")
+    if total is None:
+        return None
+    p = total.paired
+    if p.excess is None:
+        return (
+            f"{run.mode}: {_pct(total.cost_reduction)} cheaper, serving {total.hits} answers "
+            f"({_config_name(run)}), so no excess to measure"
+        )
     return (
-        f"{row.wrong} / {row.hits} = {_pct(row.wrong_rate)} "
-        f"[{_pct(row.wrong_low, 0)}, {_pct(row.wrong_high, 0)}]"
+        f"{run.mode}: {_pct(total.cost_reduction)} cheaper at an excess of "
+        f"{_points(p.excess)} points [{_points(p.low)}, {_points(p.high)}] over the model's "
+        f"own variability ({_config_name(run)}, {total.hits} answers served)"
     )
 
 
-def _closed(row: BudgetGroup) -> str:
-    return f" ({row.tables_closed} of {row.tables} closed)" if row.tables_closed else ""
-
-
-def _budget_verdict(run: BudgetRun, groups: Sequence[str]) -> str:
-    """One computed sentence per budget run: which groups kept the budget, which did not."""
+def _budget_goals(b: BudgetResult, run: BudgetRun, groups: Sequence[str]) -> list[str]:
+    """The goals read against one budget run, each sentence computed."""
     assert run.budget is not None
-    kept, over, empty = [], [], []
-    for g in groups:
-        row = run.groups.get(g)
-        if row is None or row.wrong_rate is None:
-            empty.append(g)
-        elif row.wrong_rate <= run.budget:
-            kept.append(g)
-        else:
-            over.append(f"{g} ({_pct(row.wrong_rate)}, interval from {_pct(row.wrong_low, 0)})")
     total = run.groups.get("all")
-    with_hits = len(groups) - len(empty)
-    parts = [
-        f"{run.mode}, {_config_name(run)}: the measured wrong-answer rate is within δ in "
-        f"{len(kept)} of {with_hits} groups with hits"
-        if with_hits
-        else f"{run.mode}, {_config_name(run)}: the cache served no hit in any group"
-    ]
-    if over:
-        parts.append("over it in " + ", ".join(over))
-    if empty:
-        parts.append("no hits (so nothing to measure) in " + ", ".join(empty))
-    if total is not None:
-        parts.append(f"overall cost cut {_pct(total.cost_reduction)}")
-    return "; ".join(parts) + "."
-
-
-def _budget_section(b: BudgetResult) -> Section:
-    groups = [g for g in kept_groups() if any(g in r.groups for r in b.runs)]
+    if total is None:
+        return []
+    delta = run.budget
+    cut = total.cost_reduction or 0.0
     lines = [
-        f"Held-out run {b.query_run} answered *online* by a live cache built from run "
-        f"{b.table_run}'s answers: misses and explored hits get the query's recorded answer "
-        "and are stored, the tables label themselves with each query's own tolerance, and "
-        "every served answer is judged against the true answer by that tolerance. Each "
-        "budget δ runs beside the library's static default threshold on the same stream "
-        "(see `experiments/_budget_study.py`). A table is *closed* when its labels show that "
-        "even near-identical prompts get answers that disagree more often than δ: it then "
-        "serves nothing.",
-        "",
-        *(f"- {_budget_verdict(r, groups)}" for r in b.runs if r.budget is not None),
-        "",
+        f"{run.mode}, {_config_name(run)}: overall cost cut {_pct(cut)} "
+        f"({'meets' if cut >= 0.6 else 'misses'} the goal of 60%)."
     ]
-    rows = []
+    checked = [g for g in groups if (row := run.groups.get(g)) is not None and row.hits >= 50]
+    over = [
+        f"{g} (upper bound {_points(high)})"
+        for g in [*checked, "all"]
+        if (high := run.groups[g].paired.high) is not None and high > delta
+    ]
+    unmeasured = [g for g in checked if run.groups[g].paired.high is None]
+    where = ", ".join(checked) if checked else "none served that many"
+    lines.append(
+        f"{run.mode}: the excess's 95% upper bound is within δ = {_points(delta, 0)} points "
+        f"overall and in every group with at least 50 served answers ({where})."
+        if not over
+        else f"{run.mode}: the excess's 95% upper bound is over δ in " + ", ".join(over) + "."
+    )
+    if unmeasured:
+        lines.append(f"{run.mode}: no second answers to pair in " + ", ".join(unmeasured) + ".")
+    lines.append(
+        f"{run.mode}: {total.served_while_over} of {total.held_back} tables whose own labels "
+        "show them over budget served a hit."
+    )
+    return lines
+
+
+def _pooling_line(pooled: BudgetRun, alone: BudgetRun) -> str:
+    """What pooling saved: the labels of its own a table held at its first hit."""
+    firsts = pooled.first_hit_labels
+    if not firsts:
+        return f"{pooled.mode}: no table served under either evidence, so pooling saved nothing."
+    mine = [firsts[t] for t in firsts]
+    theirs = [alone.first_hit_labels.get(t) for t in firsts]
+    served_alone = [n for n in theirs if n is not None]
+    never = len(theirs) - len(served_alone)
+    med_pooled = median(mine)
+    text = (
+        f"{pooled.mode}: the {len(firsts)} tables that served with pooled evidence held a median "
+        f"of {med_pooled:g} labels of their own at their first hit"
+    )
+    if never * 2 >= len(theirs):
+        return text + (
+            f"; on their own evidence {never} of them never served (so the median is "
+            f"unbounded: at least {min(alone.never_served_labels.values(), default=0)} labels "
+            "were not enough)."
+        )
+    med_alone = median([n if n is not None else math.inf for n in theirs])
+    ratio = med_alone / med_pooled if med_pooled else math.inf
+    return text + (
+        f", against {med_alone:g} on their own evidence ({ratio:.1f}× fewer; {never} never "
+        "served alone)."
+    )
+
+
+def _random_lines(b: BudgetResult, groups: Sequence[str]) -> list[str]:
+    lines = []
+    for run in b.runs:
+        if run.config != "random":
+            continue
+        budget = next((r.budget for r in b.runs if r.budget is not None), None)
+        if budget is None:
+            continue
+        within = [
+            g
+            for g in groups
+            if (row := run.groups.get(g)) is not None
+            and row.paired.high is not None
+            and row.paired.high <= budget
+        ]
+        if within:
+            lines.append(
+                f"{run.mode}: a random same-table answer also stays within δ in "
+                + ", ".join(within)
+                + ": there the answers do not depend on the query enough for the test to tell."
+            )
+    return lines
+
+
+def _budget_rows(b: BudgetResult, groups: Sequence[str]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
     for run in b.runs:
         for g in [*groups, "all"]:
             row = run.groups.get(g)
@@ -838,34 +908,66 @@ def _budget_section(b: BudgetResult) -> Section:
                     run.mode,
                     _config_name(run),
                     g,
-                    str(row.queries),
-                    _wrong(row),
-                    _pct(row.estimated_wrong_rate),
+                    f"{row.hits} / {row.queries}",
+                    _rate(row.acceptable),
+                    _rate(row.reanswer),
+                    _excess(row),
+                    _variety(row),
                     _pct(row.cost_reduction),
-                    f"{row.explored} / {row.labels}",
-                    _num(row.threshold_median)
-                    + (
-                        f" ({row.tables_closed} of {row.tables} closed)"
-                        if row.tables_closed
-                        else ""
-                    ),
-                    f"{row.untried} / {row.failed}",
+                    f"{row.explored} / {row.twins} / {row.labels}",
+                    f"{row.tables_serving} / {row.held_back} / {row.tables_closed} of {row.tables}"
+                    if run.config in ("budget", "static")
+                    else "",
                 )
             )
+    return rows
+
+
+def _budget_section(b: BudgetResult) -> Section:
+    groups = [g for g in kept_groups() if any(g in r.groups for r in b.runs)]
+    budgets = [r for r in b.runs if r.config == "budget"]
+    pooled = [r for r in budgets if r.pooled]
+    headlines = [h for r in pooled if (h := _headline(r)) is not None]
+    lines = [
+        f"Held-out run {b.query_run} answered *online* by a live cache built from run "
+        f"{b.table_run}'s answers, under a wrong-hit budget δ on the *excess* of unacceptable "
+        "answers over the model's own (see `experiments/_budget_study.py`): misses and "
+        "explored hits get the query's recorded answer and are stored, twins (misses asked "
+        "twice) and revisions go to the model, and every served answer is judged against the "
+        "true answer by the template's tolerance. For up to "
+        f"{b.reanswer_sample} served queries per group and configuration the model answered "
+        "the query once more ("
+        f"{b.reanswers_asked} second answers in all), judged against the same true answer: the "
+        "excess is the share of served answers not acceptable minus the share of second "
+        "answers not acceptable, on the same queries (95% interval for paired data).",
+        "",
+        "**Headline**: " + ("; ".join(headlines) + "." if headlines else "no budget run."),
+        "",
+        *(f"- {line}" for r in pooled for line in _budget_goals(b, r, groups)),
+        *(
+            f"- {_pooling_line(p, a)}"
+            for p in pooled
+            for a in budgets
+            if not a.pooled and a.mode == p.mode and a.budget == p.budget
+        ),
+        *(f"- {line}" for line in _random_lines(b, groups)),
+        "",
+    ]
     lines += _table(
         [
             "mode",
             "cache",
             "group",
-            "queries",
-            "wrong hits (95% interval)",
-            "cache's own estimate",
+            "served / queries",
+            "served answers acceptable",
+            "model's second answer acceptable",
+            "excess, points (95% interval)",
+            "distinct answers per 100: served / fresh",
             "cost cut",
-            "explored / labels",
-            "median threshold in force (tables closed)",
-            "untried / failed",
+            "explored / twins / labels",
+            "tables serving / held back / closed",
         ],
-        rows,
+        _budget_rows(b, groups),
     )
     lines += [
         "",
@@ -876,16 +978,19 @@ def _budget_section(b: BudgetResult) -> Section:
     ]
     side = [
         Row(
-            quantity=f"wrong-hit budget {_config_name(r)}, {r.mode}: wrong answers served",
-            study="- (one static threshold)",
-            ours=f"{_wrong(total)}; {_pct(total.cost_reduction)} cut",
-            why="measured against the true answers of the held-out run",
+            quantity=f"wrong-hit budget {_config_name(r)}, {r.mode}: excess over the model's "
+            "own variability",
+            study="- (one static threshold, no quality measure)",
+            ours=f"{_excess(total)}; {_pct(total.cost_reduction)} cut",
+            why="paired with the model's second answers to the same queries",
         )
         for r in b.runs
-        if r.budget is not None and (total := r.groups.get("all")) is not None
+        if r.config in ("budget", "static") and (total := r.groups.get("all")) is not None
     ]
     return Section(
-        title="Wrong-hit budget: a cache that sets its own thresholds", lines=lines, rows=side
+        title="Wrong-hit budget: savings against the model's own variability",
+        lines=lines,
+        rows=side,
     )
 
 

@@ -295,7 +295,8 @@ class Study:
 
     def _budget(self) -> BudgetResult:
         held_out = self.run(self.profile.runs)
-        configs = len(MODES) * (len(self.profile.budgets) + 1)
+        # Per mode: each δ pooled and per table, the static threshold, serve mode, random.
+        configs = len(MODES) * (2 * len(self.profile.budgets) + 3)
         bar = self._bar(configs * len(held_out), "budget: the held-out run under a budget")
         try:
             runs = [self.run(n) for n in range(1, self.profile.runs + 1)]
@@ -310,6 +311,7 @@ class Study:
                 budgets=self.profile.budgets,
                 revise_budget=self.profile.revise_budget,
                 max_attempts=self.profile.max_attempts,
+                reanswer_sample=self.profile.reanswer_sample,
                 seed=self.profile.seed,
                 progress=bar.update,
             )

@@ -25,6 +25,7 @@ __all__ = [
     "ModeCost",
     "ModeSummary",
     "ObservedResult",
+    "PairedExcess",
     "PairwiseTally",
     "QualityPoint",
     "QualityResult",
@@ -320,45 +321,75 @@ class QualityResult(BaseModel):
         return points[0] if points and points[0].threshold is None else None
 
 
+class PairedExcess(BaseModel):
+    """Served answers against the model's own second answers to the same queries: on each of
+    ``pairs`` served queries, was the served answer acceptable for its true answer, and was a
+    second fresh answer? ``excess`` is the difference of the two unacceptable rates, with its
+    two-sided 95% interval for paired data (Newcombe's)."""
+
+    pairs: int = 0
+    served_bad: int = 0  # served answers not acceptable
+    reanswer_bad: int = 0  # second fresh answers not acceptable
+    both_bad: int = 0
+    excess: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+
 class BudgetGroup(BaseModel):
-    """One group of the held-out run answered by a live cache under a wrong-hit budget."""
+    """One group of the held-out run answered by one cache configuration."""
 
     queries: int  # held-out queries of the group sent through the cache
     untried: int = 0  # revise hits beyond the revise budget: left out of every figure below
     failed: int = 0  # queries the cache could not answer (counted, left out)
     hits: int = 0  # answers the cache served
-    wrong: int = 0  # served answers outside the template's tolerance of the true answer
-    wrong_rate: float | None = None  # wrong / hits (None without hits)
-    wrong_low: float = 0.0  # its 95% Wilson interval
-    wrong_high: float = 1.0
+    acceptable: RateCI | None = None  # of them, acceptable against the true answer
+    reanswer: RateCI | None = None  # the model's second answers to a sample of the same queries
+    paired: PairedExcess = Field(default_factory=PairedExcess)
+    distinct_served: float | None = None  # distinct served answers per 100 served
+    distinct_fresh: float | None = None  # distinct true answers per 100 of the same queries
     explored: int = 0  # would-be hits also sent to the LLM, to label the table
+    twins: int = 0  # misses asked twice, for the model's own variability
     labels: int = 0  # labels the group's tables hold at the end
-    estimated_wrong_rate: float | None = None  # the cache's own estimate at the end
-    threshold_median: float | None = None  # median threshold in force of the open tables
     tables: int = 0  # the group's tables at the end
-    tables_closed: int = 0  # of them, tables whose labels stopped every hit (NO_HIT_THRESHOLD)
+    tables_closed: int = 0  # of them, tables that serve nothing (NO_HIT_THRESHOLD)
+    tables_serving: int = 0  # tables that served at least one hit
+    held_back: int = 0  # tables whose own labels show them over budget at the end
+    served_while_over: int = 0  # of those, tables that served a hit (the budget's promise: 0)
+    threshold_median: float | None = None  # median threshold in force of the open tables
+    self_disagreement: float | None = None  # the cache's own estimate (pairs), at the end
     baseline_usd: float = 0.0  # the same queries without a cache (recorded tokens)
-    spent_usd: float = 0.0  # with the cache: misses, explorations, revisions
+    spent_usd: float = 0.0  # with the cache: misses, explorations, twins, revisions
     cost_reduction: float | None = None  # 1 - spent / baseline
 
 
 class BudgetRun(BaseModel):
-    """The held-out run through one cache configuration: a budget δ, or a static threshold."""
+    """The held-out run through one cache configuration."""
 
     mode: str  # embedding mode
-    budget: float | None  # δ; None: the static threshold below
-    threshold: float | None = None  # the static threshold (raw cosine) when budget is None
+    config: Literal["budget", "static", "serve", "random"]
+    budget: float | None = None  # δ for "budget"
+    threshold: float | None = None  # the static threshold (raw cosine) for "static"
+    pooled: bool = True  # "budget": whether tables pooled their template's evidence
     groups: dict[str, BudgetGroup]  # group (and "all") -> figures
     revise_calls: int = 0  # revisions this configuration sent to the LLM
+    # "budget": per table that served, the labels of its own it held at its first hit
+    first_hit_labels: dict[str, int] = Field(default_factory=dict)
+    # "budget": the tables that never served, and the labels of their own they ended with
+    never_served_labels: dict[str, int] = Field(default_factory=dict)
 
 
 class BudgetResult(BaseModel):
-    """The wrong-hit budget on the town: the held-out run answered online, with
-    every served answer judged against the true answer by its template's tolerance."""
+    """The wrong-hit budget on the town: the held-out run answered online under a budget on
+    the excess over the model's own variability, beside a static threshold, serve mode and a
+    random same-table answer, every served answer judged against the true answer and paired
+    with the model's own second answer to the same query."""
 
     query_run: int
     table_run: int
     runs: list[BudgetRun]
+    reanswer_sample: int = 0  # second answers asked per group and configuration, at most
+    reanswers_asked: int = 0  # second answers the model gave (shared by configurations)
 
 
 #: Each experiment's result model, by the experiment's name (its file is ``<name>.json``), in

@@ -1,5 +1,6 @@
 """The budget step's pieces: the equivalence that labels the tables is the query's own
-tolerance, and the rates of a group are read off its counts."""
+tolerance, a twin's second ask reaches the model, second answers are shared by the
+configurations, and the paired excess is read off the pairs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ import json
 import pytest
 
 from agent_core import Requirements, TextAgreement, TownCall
-from experiments._budget_study import STATIC_THRESHOLD, equivalence, summarise
-from experiments._results import BudgetGroup
+from experiments._budget_study import (
+    STATIC_THRESHOLD,
+    _Answers,
+    _paired,
+    _sample,
+    _Served,
+    equivalence,
+)
+from experiments._data import Prompt
 
 
 def _call(category: str, options: list[str] | None = None) -> TownCall:
@@ -44,14 +52,75 @@ def test_the_equivalence_checks_the_querys_own_requirements() -> None:
     assert not same(loc("Wilson Family House: Kitchen"), loc("Cafe: Counter"))
 
 
-def test_a_groups_rates_come_from_its_counts() -> None:
-    row = summarise(BudgetGroup(queries=10, hits=4, wrong=1, baseline_usd=2.0, spent_usd=0.5))
-    assert row.wrong_rate == pytest.approx(0.25)
-    assert 0.0 < row.wrong_low < 0.25 < row.wrong_high < 1.0
-    assert row.cost_reduction == pytest.approx(0.75)
-    empty = summarise(BudgetGroup(queries=3))
-    assert empty.wrong_rate is None and empty.cost_reduction is None
-    assert (empty.wrong_low, empty.wrong_high) == (0.0, 1.0)
+def test_the_paired_excess_is_read_off_the_pairs() -> None:
+    # 20 served answers, 6 of them unacceptable; the model's second answers: 4 unacceptable,
+    # 3 of them on the same queries.
+    pairs = [(True, True)] * 3 + [(True, False)] * 3 + [(False, True)] * 1 + [(False, False)] * 13
+    p = _paired(pairs)
+    assert (p.pairs, p.served_bad, p.reanswer_bad, p.both_bad) == (20, 6, 4, 3)
+    assert p.excess == pytest.approx(0.1)
+    assert p.low is not None and p.high is not None and p.low < 0.1 < p.high
+    assert _paired([]).excess is None
+
+
+def _prompt(index: int, content: str = "hi") -> Prompt:
+    return Prompt(
+        run=3,
+        index=index,
+        category="importance score",
+        group="importance",
+        agent="Alice",
+        modifier="read",
+        keywords=[f"k{index}"],
+        options=None,
+        messages=[{"role": "user", "content": f"{content} {index}"}],
+        response='{"score": 5}',
+        sim_minute=0,
+        elapsed_minutes=0,
+        observed_actors=0,
+        metadata={},
+        model="m",
+        escalated=False,
+        attempts=1,
+        prompt_tokens=10,
+        completion_tokens=3,
+        cost_usd=0.0,
+    )
+
+
+def test_configurations_pair_the_same_queries_when_they_served_them() -> None:
+    served = [_Served(_prompt(i), "x", True) for i in range(300)]
+    first = _sample(served, 100, seed=0)
+    # Another configuration that served a subset pairs the same queries where it can.
+    subset = [s for s in served if s.query.index % 2 == 0]
+    again = _sample(subset, 100, seed=0)
+    shared = {s.query.index for s in first} & {s.query.index for s in again}
+    assert len(first) == len(again) == 100 and len(shared) >= 40
+    assert _sample(served[:10], 100, seed=0) == served[:10]
+
+
+class _Live:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+        self.chat = self
+        self.completions = self
+
+    def create(self, **kwargs: object) -> str:
+        self.calls.append(kwargs)
+        return "live"
+
+
+def test_a_query_asked_again_within_its_call_goes_to_the_model() -> None:
+    q = _prompt(1)
+    live = _Live()
+    answers = _Answers([q], live, "local", budget=0)
+    answers.begin()
+    first = answers.create(model="m", messages=q.messages)
+    assert first.choices[0].message.content == q.response  # its recorded, true answer
+    assert answers.create(model="m", messages=q.messages) == "live"  # a twin: fresh
+    assert live.calls[0]["model"] == "local"
+    answers.begin()  # the next query of the run: recorded again
+    assert answers.create(model="m", messages=q.messages).choices[0].message.content == q.response
 
 
 def test_the_static_comparison_is_the_librarys_default() -> None:

@@ -8,7 +8,6 @@ import nbformat
 import pytest
 from pydantic import BaseModel
 
-from experiments._budget_study import summarise
 from experiments._notebooks import NOTEBOOKS, execute_notebooks, repo_root
 from experiments._plots import (
     plot_all,
@@ -34,6 +33,7 @@ from experiments._results import (
     JudgeReliability,
     ModeCost,
     ObservedResult,
+    PairedExcess,
     RatingTable,
     RunInfo,
     SaturationCurve,
@@ -250,18 +250,22 @@ def test_every_plot_writes_a_png(tmp_path: Path) -> None:
 
 
 def test_the_budget_plot_draws_each_configuration(tmp_path: Path) -> None:
-    def group(hits: int, wrong: int, cut: float) -> BudgetGroup:
-        return summarise(
-            BudgetGroup(queries=50, hits=hits, wrong=wrong, baseline_usd=1.0, spent_usd=1 - cut)
-        )
+    def group(hits: int, excess: float, cut: float) -> BudgetGroup:
+        paired = PairedExcess(pairs=hits, excess=excess, low=excess - 0.05, high=excess + 0.05)
+        return BudgetGroup(queries=50, hits=hits, paired=paired, cost_reduction=cut)
 
     result = BudgetResult(
         query_run=3,
         table_run=1,
         runs=[
-            BudgetRun(mode="keyword", budget=0.05, groups={"importance": group(20, 1, 0.4)}),
-            BudgetRun(mode="keyword", budget=None, threshold=0.9,
-                      groups={"importance": group(40, 9, 0.8), "memory": group(0, 0, 0.0)}),
+            BudgetRun(mode="keyword", config="budget", budget=0.05,
+                      groups={"importance": group(20, 0.01, 0.4)}),
+            BudgetRun(mode="keyword", config="budget", budget=0.05, pooled=False,
+                      groups={"importance": group(5, 0.0, 0.1)}),
+            BudgetRun(mode="keyword", config="static", threshold=0.9,
+                      groups={"importance": group(40, 0.2, 0.8), "memory": group(0, 0.0, 0.0)}),
+            BudgetRun(mode="keyword", config="serve", groups={"importance": group(49, 0.3, 0.9)}),
+            BudgetRun(mode="keyword", config="random", groups={"importance": group(49, 0.3, 0.9)}),
         ],
     )  # fmt: skip
     assert _is_png(plot_budget(result, tmp_path / "budget.png"))

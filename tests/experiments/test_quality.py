@@ -7,10 +7,10 @@ import pytest
 
 from experiments._data import ALL
 from experiments._judge import Judgement
-from experiments._quality import Served, calibrate, rate, sweep, tally, thresholds
+from experiments._quality import Served, calibrate, sweep, tally, thresholds
 from experiments._report import _quality_section
 from experiments._results import PairwiseTally, QualityResult
-from experiments._stats import wilson_interval
+from experiments._stats import rate, wilson_interval
 
 
 def _row(sim: float | None, outcome: str | None, miss: float = 1.0, hit: float = 0.0,

@@ -28,7 +28,9 @@ def test_public_api() -> None:
         "STUDY_REGIONS",
         "best_per_region",
         "mean_std",
+        "paired_difference_interval",
         "pearson",
+        "rate",
         "region_index",
         "saturation_point",
         "split_regions",
@@ -157,3 +159,41 @@ def test_saturation_point() -> None:
         saturation_point([1.0, 2.0], [0.5])
     with pytest.raises(ValueError):
         saturation_point([1.0, 2.0], [0.5, 0.6], fraction=0.0)
+
+
+def test_the_paired_interval_covers_the_true_difference_as_often_as_it_claims() -> None:
+    import random
+
+    from experiments._stats import paired_difference_interval
+
+    # Correlated pairs: a served answer that is bad is more often bad again on re-answer.
+    rng = random.Random(7)
+    for p_first, p_second, agree in [(0.45, 0.40, 0.6), (0.2, 0.2, 0.3), (0.6, 0.5, 0.0)]:
+        missed = 0
+        trials = 400
+        for _ in range(trials):
+            counts = [0, 0, 0, 0]  # both, first only, second only, neither
+            for _ in range(150):
+                first = rng.random() < p_first
+                if rng.random() < agree:
+                    second = first if rng.random() < 0.5 else rng.random() < p_second
+                else:
+                    second = rng.random() < p_second
+                counts[0 if first and second else 1 if first else 2 if second else 3] += 1
+            result = paired_difference_interval(*counts)
+            assert result is not None
+            _, low, high = result
+            second_rate = agree * (p_first + p_second) / 2 + (1 - agree) * p_second
+            truth = p_first - second_rate
+            missed += not low <= truth <= high
+        assert missed / trials <= 0.08, (p_first, p_second, agree, missed)
+
+
+def test_the_paired_interval_without_correlation_is_the_unpaired_one() -> None:
+    from experiments._stats import paired_difference_interval
+
+    assert paired_difference_interval(0, 0, 0, 0) is None
+    # Independence (a d = b c): no correlation to correct for.
+    diff, low, high = paired_difference_interval(10, 30, 10, 30)  # type: ignore[misc]
+    assert diff == pytest.approx(0.25)
+    assert low < 0.25 < high
