@@ -176,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="recompute cached results")
     parser.add_argument("--no-notebooks", action="store_true", help="reproduce: skip notebooks")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--runs",
+        help="a directory of recorded runs (run<n>.jsonl[.gz] and run<n>.summary.json) to read "
+        "instead of simulating, e.g. docs/results/standard/data",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for name in ("httpx", "httpx2", "openai", "llmcache"):
@@ -185,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = get_profile(args.profile)
     out = Path(args.out or f"results/{profile.name}")
     out.mkdir(parents=True, exist_ok=True)
-    study = Study(profile, out, progress=not args.quiet, force=args.force)
+    runs = Path(args.runs) if args.runs else None
+    study = Study(profile, out, progress=not args.quiet, force=args.force, runs=runs)
     started = time.perf_counter()
     command = "python -m experiments " + shlex.join(sys.argv[1:] if argv is None else argv)
     try:

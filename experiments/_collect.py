@@ -34,15 +34,24 @@ from ._data import load_run
 from ._profiles import Profile
 from ._results import CategoryCounts, CollectResult, RunInfo
 
-__all__ = ["collect", "run_paths", "town_fingerprint"]
+__all__ = ["collect", "dataset_paths", "recorded", "run_paths", "town_fingerprint"]
 
 logger = logging.getLogger("experiments")
 
 
 def run_paths(out: Path, run: int) -> tuple[Path, Path]:
     """The dataset and the summary of run ``run`` (1-based) under a results directory."""
-    data = out / "data"
-    return data / f"run{run}.jsonl", data / f"run{run}.summary.json"
+    return dataset_paths(out / "data", run)
+
+
+def dataset_paths(data: Path, run: int) -> tuple[Path, Path]:
+    """The dataset and the summary of run ``run`` in a directory of recorded runs: the dataset
+    as recorded (``run<n>.jsonl``) or compressed for committing (``run<n>.jsonl.gz``)."""
+    dataset = data / f"run{run}.jsonl"
+    packed = data / f"run{run}.jsonl.gz"
+    if not dataset.exists() and packed.exists():
+        dataset = packed
+    return dataset, data / f"run{run}.summary.json"
 
 
 @functools.cache
@@ -136,6 +145,34 @@ def collect(
         for run in range(1, profile.runs + 1)
     ]
     return CollectResult(profile=profile.name, runs=infos)
+
+
+def recorded(profile: Profile, data: Path) -> CollectResult:
+    """The runs recorded in ``data`` (datasets, plain or compressed, and their summaries), read
+    as they are: nothing is simulated, and runs recorded by another version of the town are
+    used all the same (the report names the town each run was recorded by)."""
+    infos = []
+    for run in range(1, profile.runs + 1):
+        dataset, summary_path = dataset_paths(data, run)
+        if not dataset.exists() or not summary_path.exists():
+            raise FileNotFoundError(
+                f"{data} holds no recorded run {run} (run{run}.jsonl[.gz] and its summary)"
+            )
+        payload = json.loads(summary_path.read_text(encoding="utf-8"))
+        settings = payload.get("settings", {})
+        if settings.get("town") != town_fingerprint():
+            logger.info(
+                "collect: run %d in %s was recorded by town %s (this one is %s); used as it is",
+                run,
+                data,
+                settings.get("town"),
+                town_fingerprint(),
+            )
+        summary = RunSummary.model_validate(payload["summary"])
+        infos.append(
+            _describe(run, dataset, summary_path, summary, {"description": settings.get("llm")})
+        )
+    return CollectResult(profile=profile.name, runs=infos, recorded_in=str(data))
 
 
 def _cached_summary(path: Path, settings: dict[str, Any]) -> RunSummary | None:

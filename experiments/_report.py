@@ -1161,15 +1161,20 @@ def _machines(col: CollectResult) -> list[str]:
     for r in col.runs:
         if r.machine:
             by_machine.setdefault(r.machine, []).append(r.run)
+    read = (
+        [f"The runs were not simulated for this report: they were read from `{col.recorded_in}`."]
+        if col.recorded_in
+        else []
+    )
     if not by_machine:
-        return []
+        return ["", *read] if read else []
     if len(by_machine) == 1 and len(next(iter(by_machine.values()))) == len(col.runs):
-        return ["", f"Every run was simulated on {next(iter(by_machine))}."]
+        return ["", *read, f"Every run was simulated on {next(iter(by_machine))}."]
     parts = [
         f"run{'s' if len(runs) > 1 else ''} {', '.join(map(str, runs))} on {machine}"
         for machine, runs in by_machine.items()
     ]
-    return ["", "Simulated on different machines or days: " + "; ".join(parts) + "."]
+    return ["", *read, "Simulated on different machines or days: " + "; ".join(parts) + "."]
 
 
 def _shared_prompts(col: CollectResult) -> list[str]:

@@ -18,7 +18,7 @@ from llmcache.llm import LLMConnection, open_llm
 
 from ._adapter import Adapter
 from ._budget_study import budget_study
-from ._collect import collect, run_paths
+from ._collect import collect, dataset_paths, recorded
 from ._cost_study import cost_study
 from ._data import MODES, EmbeddingStore, Prompt, load_run
 from ._judge import Judge, LLMJudge, ReferenceJudge
@@ -58,6 +58,10 @@ class Study:
     force: bool = False
     embedder: Embedder = field(default_factory=default_embedder)
     timings: dict[str, float] = field(default_factory=dict)
+    # Runs recorded earlier (a directory of run<n>.jsonl[.gz] and summaries) to read instead of
+    # simulating: every step reruns from them (docs/results/standard/data holds the standard
+    # profile's).
+    runs: Path | None = None
     # An open connection to use instead of the configured backend (tests pass a stand-in).
     _conn: LLMConnection | None = None
     _runs: dict[int, list[Prompt]] = field(default_factory=dict)
@@ -100,9 +104,14 @@ class Study:
         last = self.profile.runs - 1 if self.profile.runs >= 5 else self.profile.runs
         return list(range(2, last + 1))
 
+    @property
+    def data(self) -> Path:
+        """Where the runs are: recorded runs the study was given, or its own ``data``."""
+        return self.runs if self.runs is not None else self.out / "data"
+
     def run(self, n: int) -> list[Prompt]:
         if n not in self._runs:
-            dataset, _ = run_paths(self.out, n)
+            dataset, _ = dataset_paths(self.data, n)
             if not dataset.exists():
                 raise FileNotFoundError(
                     f"{dataset} is missing: run `python -m experiments collect`"
@@ -148,6 +157,8 @@ class Study:
         return result
 
     def _collect(self) -> CollectResult:
+        if self.runs is not None:
+            return recorded(self.profile, self.runs)
         b = self.conn.backend
         return collect(
             self.profile,
@@ -182,7 +193,7 @@ class Study:
 
     def _observed(self) -> ObservedResult:
         sat = load_result(SaturationResult, self.path("saturation"))
-        summaries = [run_paths(self.out, n)[1] for n in self.table_runs]
+        summaries = [dataset_paths(self.data, n)[1] for n in self.table_runs]
         return observed_actors(sat, summaries)
 
     def _judges(self) -> list[Judge]:
@@ -336,7 +347,7 @@ def reproduce(study: Study, steps: tuple[str, ...] = EXPERIMENTS) -> dict[str, B
 def _fingerprint(study: Study) -> list[list[Any]]:
     out = []
     for n in range(1, study.profile.runs + 1):
-        p = run_paths(study.out, n)[0]
+        p = dataset_paths(study.data, n)[0]
         out.append([p.name, p.stat().st_size if p.exists() else None])
     return out
 

@@ -84,6 +84,8 @@ class RunInfo(BaseModel):
 class CollectResult(BaseModel):
     profile: str
     runs: list[RunInfo]
+    # The directory the runs were read from, when they were not simulated for this study.
+    recorded_in: str | None = None
 
 
 class SimilarityResult(BaseModel):

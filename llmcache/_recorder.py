@@ -8,11 +8,12 @@ counting them.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -211,10 +212,18 @@ class Recorder:
         self.close()
 
 
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
 def read_records(path: str | Path, *, include_invalid: bool = False) -> list[RecordedCall]:
-    """Read a recorded dataset; a truncated or malformed line is skipped, not fatal."""
+    """Read a recorded dataset (``.jsonl``, or ``.jsonl.gz`` as datasets are kept compressed);
+    a truncated or malformed line is skipped, not fatal."""
     out: list[RecordedCall] = []
-    with Path(path).open(encoding="utf-8") as f:
+    path = Path(path)
+    with _open_text(path) as f:
         for line in f:
             line = line.strip()
             if not line:

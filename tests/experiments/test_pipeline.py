@@ -326,3 +326,28 @@ def test_a_run_served_from_its_own_full_prompts_serves_no_wrong_answer(study_dir
             assert total.acceptable.acceptable == total.hits, r
             # The static threshold serves them; a budget only once labels prove a threshold.
             assert total.hits > 0 or r.budget is not None, r
+
+
+def test_a_study_reruns_from_recorded_runs_kept_compressed(study_dir: Path, tmp_path: Path) -> None:
+    import gzip
+    import shutil
+
+    # The committed form: each run's dataset compressed, beside its summary.
+    kept = tmp_path / "committed"
+    kept.mkdir()
+    for n in range(1, TINY.runs + 1):
+        dataset, summary = run_paths(study_dir, n)
+        with dataset.open("rb") as src, gzip.open(kept / f"run{n}.jsonl.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        shutil.copy(summary, kept / summary.name)
+    rerun = Study(TINY, tmp_path / "rerun", progress=False, embedder=HashEmbedder(), runs=kept)
+    results = reproduce(rerun, steps=["collect", "similarity"])
+    rerun.close()
+    before = load_result(CollectResult, study_dir / "collect.json")
+    after = results["collect"]
+    assert isinstance(after, CollectResult)
+    assert after.recorded_in == str(kept)
+    assert [r.prompts_kept for r in after.runs] == [r.prompts_kept for r in before.runs]
+    assert not (tmp_path / "rerun" / "data").exists()  # nothing was simulated
+    assert (tmp_path / "rerun" / "similarity.json").exists()
+    assert rerun.run(1) == load_run(run_paths(study_dir, 1)[0], 1)
