@@ -2,7 +2,7 @@
 
 The notebooks under ``notebooks/`` are thin: they read ``$EXPERIMENTS_RESULTS`` (default
 ``results/quick`` under the repository root), load the JSON results and draw them with
-``experiments._plots``. They are committed without outputs; executed copies go elsewhere.
+``experiments.plots``. They are committed without outputs; executed copies go elsewhere.
 """
 
 from __future__ import annotations
