@@ -144,13 +144,19 @@ class _CachedCall:
         text, vector = self._embed()
         if mode is Mode.COLLECT:
             return self._finish(self._miss("collect", store=True, vector=vector, text=text))
+        writes = self.cache.writes(self.partition.key)
         served = self._look_up(vector, mode)
         if served is not None:
             return self._finish(served)
         # Threads of this process asking the same question meanwhile wait for this miss and are
         # answered from the entry it stores, instead of each paying for the same answer.
         with self.cache.single_flight((self.partition.key, text)) as leader:
-            if not leader:
+            # A follower looks again for the answer it waited for. So does a leader when this
+            # process stored into the table after its lookup: another thread's miss on the
+            # same question may have finished between that lookup and this call's turn (a
+            # would-be hit being explored has decided already, and is not drawn again).
+            stored_since = self.cache.writes(self.partition.key) != writes
+            if not leader or (stored_since and self._explore is None):
                 served = self._look_up(vector, mode)
                 if served is not None:
                     return self._finish(served)
