@@ -142,12 +142,17 @@ class _CachedCall:
         if mode is Mode.OFF or self.policy.bypass:
             return self._finish(self._miss("bypass", store=False))
         text, vector = self._embed()
+        store = self.options.store
         if mode is Mode.COLLECT:
-            return self._finish(self._miss("collect", store=True, vector=vector, text=text))
+            return self._finish(self._miss("collect", store=store, vector=vector, text=text))
         writes = self.cache.writes(self.partition.key)
         served = self._look_up(vector, mode)
         if served is not None:
             return self._finish(served)
+        if not store:
+            # Nobody could be served from this miss's answer, so it does not lead a flight
+            # (others would wait for nothing), nor wait for one.
+            return self._finish(self._miss("miss", store=False, vector=vector, text=text))
         # Threads of this process asking the same question meanwhile wait for this miss and are
         # answered from the entry it stores, instead of each paying for the same answer.
         with self.cache.single_flight((self.partition.key, text)) as leader:
@@ -208,7 +213,7 @@ class _CachedCall:
             logger.info("streamed answer not stored: %s", reason[:200])
         elif not self.shape.has_tool_calls(response):
             self._label_from_answer(content)
-        if reason is None and vector is not None and text is not None:
+        if reason is None and vector is not None and text is not None and self.options.store:
             attempt = Attempts(
                 completion=response,
                 content=content or "",

@@ -144,6 +144,17 @@ def test_a_stream_closed_early_is_not_stored(tmp_path: Path) -> None:
     assert len(fake.calls) == 2 and len(client.cache.partitions()) == 1
 
 
+def test_a_streamed_miss_with_store_false_is_passed_on_and_not_stored(tmp_path: Path) -> None:
+    fake = FakeOpenAI(lambda r: ANSWER)
+    client = make(tmp_path, fake)
+    stream = client.chat.completions.create(
+        model="m", messages=MSGS, stream=True, cache=opts(store=False)
+    )
+    assert _text(list(stream)) == ANSWER
+    assert stream.cache_info.outcome == "miss"
+    assert client.cache.partitions() == []
+
+
 def test_a_stream_that_breaks_off_is_not_stored(tmp_path: Path) -> None:
     fake = FakeOpenAI(lambda r: ANSWER, break_streams_after=3)
     client = make(tmp_path, fake)
