@@ -11,7 +11,7 @@ HNSWLIB_REQUIREMENT="hnswlib==0.8.0"  # pyproject.toml asks for hnswlib>=0.8
 
 PYTHON=${PYTHON:-python3}
 with_llm=1
-extras="dev,pg,experiments"
+extras="dev,pg,experiments,proxy"
 for arg in "$@"; do
   case "$arg" in
     --no-llm) with_llm=0 ;;
