@@ -186,6 +186,9 @@ class _CachedCall:
             if served is not None:
                 return self._finish(served)[0]
         self._pending = ("collect" if mode is Mode.COLLECT else "miss", vector, text)
+        # Said at once: a caller reading the stream's cache_info while it runs (a server
+        # sending the outcome in its headers) must not read a miss as a bypass.
+        self.info.outcome = self._pending[0]  # type: ignore[assignment]
         return None
 
     def close_stream(self, response: Any, *, complete: bool) -> CallInfo:

@@ -45,8 +45,9 @@ def test_a_miss_streams_through_untouched_and_is_stored_when_it_ends(tmp_path: P
     stream = client.chat.completions.create(model="m", messages=MSGS, stream=True, cache=opts())
     assert fake.calls[0] == {"model": "m", "messages": MSGS, "stream": True}
     first = next(iter(stream))
-    # Nothing is stored while the caller is still reading.
+    # Nothing is stored while the caller is still reading; the outcome is known already.
     assert client.cache.partitions() == []
+    assert stream.cache_info is not None and stream.cache_info.outcome == "miss"
     chunks = [first, *stream]
     assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
     assert _text(chunks) == ANSWER and len(chunks) > 8  # the fake streams word by word
