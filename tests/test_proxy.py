@@ -40,6 +40,7 @@ from starlette.testclient import TestClient
 from llmcache import CacheConfig, CacheOptions, Mode, SemanticCache
 from llmcache.errors import ConfigurationError
 from llmcache.proxy import ProxyKey, ProxySettings, create_app
+from llmcache.proxy._settings import parse_keys
 from llmcache.testing import HashEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -416,6 +417,49 @@ def test_settings_refuse_what_cannot_be_safe() -> None:
     assert "sk-long-enough" not in repr(key) and "sk-long-enough" not in key.model_dump_json()
     with pytest.raises(ConfigurationError, match="twice"):
         ProxySettings.build(keys=(key, key))
+
+
+def test_keys_come_from_a_file_or_the_environment_one_a_line_or_comma_separated() -> None:
+    keys = parse_keys(
+        "# the town's keys\nsk-proxy-0001:town\n\nsk-proxy-0002::Liam Oliver, sk-0003xyz"
+    )
+    assert [(k.namespace, k.agent) for k in keys] == [
+        ("town", None),
+        (None, "Liam Oliver"),
+        (None, None),
+    ]
+    assert keys[2].key.get_secret_value() == "sk-0003xyz"
+
+
+def test_a_page_of_an_allowed_origin_may_call_from_a_browser(tmp_path: Path) -> None:
+    origin = "https://game.example"
+    with proxied(tmp_path, cors_origins=(origin,)) as (http, _):
+        asked = http.options(
+            "/v1/chat/completions",
+            headers={
+                "Origin": origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization,content-type,x-llmcache-category",
+            },
+        )
+        assert asked.status_code == 200
+        assert asked.headers["access-control-allow-origin"] == origin
+        reply = http.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": MSGS, "cache": CACHE},
+            headers={**AUTH, "Origin": origin},
+        )
+        assert "x-llmcache" in reply.headers["access-control-expose-headers"]
+        other = http.options(
+            "/v1/chat/completions",
+            headers={
+                "Origin": "https://elsewhere.example",
+                "Access-Control-Request-Method": "POST",
+            },
+        )
+        assert "access-control-allow-origin" not in other.headers
+    with proxied(tmp_path / "closed") as (http, _):  # no origins: no browser page may call
+        assert http.options("/v1/chat/completions").status_code == 405
 
 
 # -- errors --------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from typing import Any
 import openai
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -50,7 +52,7 @@ from ._errors import RequestError, error_response
 from ._metrics import CONTENT_TYPE, ProxyMetrics
 from ._settings import ProxySettings
 from ._upstream import open_upstream, safe_location
-from ._wire import Tenant, cache_options
+from ._wire import OPTION_HEADERS, Tenant, cache_options
 
 __all__ = ["check_settings", "create_app", "template_recognition_available"]
 
@@ -70,6 +72,10 @@ def template_recognition_available() -> bool:
 
 def _json(body: bytes, headers: dict[str, str] | None = None) -> Response:
     return Response(body, media_type="application/json", headers=headers)
+
+
+#: The response headers that say how an answer was made.
+OUTCOME_HEADERS = ("x-llmcache", "x-llmcache-similarity", "x-llmcache-table", "x-llmcache-reason")
 
 
 def _outcome_headers(
@@ -131,7 +137,11 @@ class _Proxy:
             stack.callback(cache.close)
             self._upstream = upstream
             self._secret = str(getattr(upstream, "api_key", "") or "")
-            self._client = AsyncCachedLLM(upstream, cache=cache)
+            # Template recognition is the library's: where it offers it, it gets the directory.
+            recognise: dict[str, Any] = {}
+            if self.settings.templates is not None:
+                recognise["templates"] = self.settings.templates
+            self._client = AsyncCachedLLM(upstream, cache=cache, **recognise)
             logger.info(
                 "llmcache proxy: upstream %s; cache %s; %s",
                 where,
@@ -461,8 +471,22 @@ def create_app(
             routes.append(Route(prefix + path, proxy.route(name, handler), methods=[method]))
     routes.append(Route("/health", proxy.route("health", proxy.health), methods=["GET"]))
     routes.append(Route("/metrics", proxy.route("metrics", proxy.metrics_page), methods=["GET"]))
+    middleware = []
+    if settings.cors_origins:
+        # A browser asks first (OPTIONS) whether a page may send the key, and lets the page
+        # read only the response headers it is told it may.
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(settings.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["authorization", "content-type", *OPTION_HEADERS],
+                expose_headers=list(OUTCOME_HEADERS),
+            )
+        )
     return Starlette(
         routes=routes,
+        middleware=middleware,
         lifespan=proxy.lifespan,
         exception_handlers={HTTPException: _not_found},
     )

@@ -15,10 +15,19 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from pydantic import ValidationError
+
 from .. import CacheConfig, Mode, SemanticCache
-from ..errors import LLMCacheError
+from ..errors import ConfigurationError, LLMCacheError
 from ._app import check_settings, create_app
-from ._settings import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, ProxyKey, ProxySettings, parse_keys
+from ._settings import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PORT,
+    ProxyKey,
+    ProxySettings,
+    describe,
+    parse_keys,
+)
 from ._upstream import open_upstream
 
 __all__ = ["KEYS_ENV", "proxy_main"]
@@ -79,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--upstream-timeout", type=float, default=600.0, help="seconds")
     parser.add_argument("--upstream-retries", type=int, default=2)
     parser.add_argument("--worker-threads", type=int, default=64)
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let web pages of this origin call the proxy from a browser (repeatable)",
+    )
     parser.add_argument("--access-log", action="store_true", help="log every request line")
     parser.add_argument("--log-level", default="info", help="uvicorn's log level")
     return parser
@@ -101,8 +117,10 @@ def _settings(args: argparse.Namespace) -> ProxySettings:
     try:
         keys = _keys(args)
         cache_config = CacheConfig(**config)
-    except (OSError, ValueError) as exc:
-        raise LLMCacheError(str(exc).splitlines()[0]) from None
+    except ValidationError as exc:
+        raise ConfigurationError(describe(exc)) from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {args.keys_file}: {exc.strerror}") from None
     return ProxySettings.build(
         upstream=args.upstream,
         cache=args.cache,
@@ -116,6 +134,7 @@ def _settings(args: argparse.Namespace) -> ProxySettings:
         upstream_timeout=args.upstream_timeout,
         upstream_retries=args.upstream_retries,
         worker_threads=args.worker_threads,
+        cors_origins=tuple(args.cors_origin),
     )
 
 

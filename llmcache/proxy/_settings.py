@@ -20,7 +20,14 @@ from pydantic_core import ErrorDetails
 from .. import CacheConfig
 from ..errors import ConfigurationError
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "ProxyKey", "ProxySettings", "parse_keys"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_PORT",
+    "ProxyKey",
+    "ProxySettings",
+    "describe",
+    "parse_keys",
+]
 
 DEFAULT_PORT = 8400
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -126,7 +133,9 @@ class ProxySettings(BaseModel):
     synchronous cache core in a thread, and holds it while its miss waits for the upstream).
     ``templates`` names a directory of prompt templates to recognise in requests that carry no
     cache options, where the library offers recognition. ``config`` is the cache's own
-    configuration (threshold, wrong-hit budget, bounds ...).
+    configuration (threshold, wrong-hit budget, bounds ...). ``cors_origins`` lets web pages
+    of those origins call the proxy from a browser (and read its ``X-LLMCache`` headers);
+    none by default.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -143,6 +152,7 @@ class ProxySettings(BaseModel):
     worker_threads: int = Field(default=64, ge=1)
     templates: Path | None = None
     config: CacheConfig = Field(default_factory=CacheConfig)
+    cors_origins: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _authenticated(self) -> ProxySettings:
@@ -167,8 +177,12 @@ class ProxySettings(BaseModel):
         try:
             return cls.model_validate(fields)
         except ValidationError as exc:
-            problems = "; ".join(_message(error) for error in exc.errors())
-            raise ConfigurationError(problems) from None
+            raise ConfigurationError(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """pydantic's errors as one line (a key's text never shows: it is a SecretStr)."""
+    return "; ".join(_message(error) for error in exc.errors())
 
 
 def _message(error: ErrorDetails) -> str:

@@ -32,7 +32,7 @@ from .. import CacheOptions, EmbedMode, Mode
 from ._errors import RequestError
 from ._settings import valid_namespace
 
-__all__ = ["HEADER_PREFIX", "Tenant", "WireOptions", "cache_options"]
+__all__ = ["HEADER_PREFIX", "OPTION_HEADERS", "Tenant", "WireOptions", "cache_options"]
 
 HEADER_PREFIX = "x-llmcache-"
 #: The category of a request whose options name none.
@@ -93,6 +93,8 @@ _WIRE_NAMES = {
     "no-store": "no-store",
 }
 _VALID = ", ".join(_WIRE_NAMES)
+#: Every request header that carries an option (lower-cased, as they arrive).
+OPTION_HEADERS = tuple(HEADER_PREFIX + name for name in _WIRE_NAMES)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
