@@ -3,8 +3,9 @@
 :class:`FakeUpstream` is a small Starlette app that answers ``/v1/chat/completions`` (whole and
 streamed, with ``stream_options.include_usage``), ``/v1/responses`` (whole and streamed events),
 ``/v1/completions`` and ``/v1/models`` with bodies shaped like OpenAI's, and records every
-request it receives (headers and body). It can be slow (``delay``), fail with a status, or
-quote the key it was sent in an error, as real servers do. It is reached in-process through
+request it receives (headers and body). It can be slow (``delay``; ``chunk_delay`` between
+streamed chunks), fail with a status, or quote the key it was sent in an error, as real servers
+do. It is reached in-process through
 httpx2's ASGI transport, or over real HTTP from a uvicorn server in a thread
 (:func:`serve_in_thread`), which the proxy's subprocess tests use.
 """
@@ -45,6 +46,7 @@ class FakeUpstream:
     """An OpenAI-compatible fake server (see the module's docstring)."""
 
     delay: float = 0.0
+    chunk_delay: float = 0.0
     fail_status: int | None = None
     echo_key_in_errors: bool = False
     received: list[Received] = field(default_factory=list)
@@ -99,7 +101,7 @@ class FakeUpstream:
         completion = chat_completion(n, got.body.get("model", "m"), text)
         if got.body.get("stream") is True:
             usage = bool((got.body.get("stream_options") or {}).get("include_usage"))
-            return _sse(chat_chunks(completion, usage=usage))
+            return _sse(chat_chunks(completion, usage=usage), pause=self.chunk_delay)
         return JSONResponse(completion)
 
     async def _responses(self, request: Request) -> Response:
@@ -271,9 +273,13 @@ def response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**e, "sequence_number": next(numbers)} for e in events]
 
 
-def _sse(items: list[dict[str, Any]], *, named: bool = False) -> StreamingResponse:
+def _sse(
+    items: list[dict[str, Any]], *, named: bool = False, pause: float = 0.0
+) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         for item in items:
+            if pause:
+                await asyncio.sleep(pause)
             event = f"event: {item['type']}\n" if named else ""
             yield f"{event}data: {json.dumps(item)}\n\n".encode()
         if not named:

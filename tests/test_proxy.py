@@ -240,6 +240,37 @@ def test_the_async_client_over_real_http(tmp_path: Path) -> None:
     assert len(fake.calls("/chat/completions")) == 1
 
 
+def test_a_client_that_leaves_mid_stream_is_accounted_and_its_answer_not_stored(
+    tmp_path: Path,
+) -> None:
+    # Over real HTTP at both ends: the in-process transport would hand the proxy the upstream's
+    # whole stream at once.
+    fake = FakeUpstream(chunk_delay=0.2)
+    with contextlib.ExitStack() as stack:
+        upstream = stack.enter_context(serve_in_thread(fake.app()))
+        client = openai.AsyncOpenAI(base_url=f"{upstream}/v1", api_key=UPSTREAM_KEY)
+        cache = SemanticCache(tmp_path / "cache", embedder=HashEmbedder(dim=64))
+        app = create_app(ProxySettings(keys=KEYS), upstream=client, cache=cache)
+        base = stack.enter_context(serve_in_thread(app))
+        body = {"model": "m", "messages": MSGS, "cache": CACHE, "stream": True}
+        with httpx2.stream(
+            "POST", f"{base}/v1/chat/completions", json=body, headers=AUTH, timeout=30
+        ) as reply:
+            assert outcome(reply.headers) == "miss"
+            next(reply.iter_lines())  # the first chunk, then the client goes away
+        deadline = time.monotonic() + 10
+        category = (("category", "importance"),)
+        while True:  # accounted once the proxy notices the client has gone
+            samples = _samples(httpx2.get(f"{base}/metrics", headers=AUTH).text)
+            if samples.get(("llmcache_misses_total", category)) == 1:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert samples[("llmcache_tokens_spent_total", category)] > 0  # its prompt was paid
+        assert samples[("llmcache_entries", ())] == 0  # and its answer never stored
+    assert len(fake.calls()) == 1
+
+
 # -- options on the wire -------------------------------------------------------------------------
 
 

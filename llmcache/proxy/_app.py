@@ -22,10 +22,11 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import anyio
 import openai
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -34,6 +35,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from .. import AsyncCachedLLM, CacheOptions, CacheStats, CallInfo, SemanticCache
 from ..errors import ConfigurationError, InvalidResponseError, LLMCacheError
@@ -59,7 +61,7 @@ __all__ = ["check_settings", "create_app", "template_recognition_available"]
 logger = logging.getLogger("llmcache.proxy")
 
 Handler = Callable[[Request], Awaitable[tuple[Response, str]]]
-Events = Callable[[Any], AsyncIterator[bytes]]
+Events = Callable[[Any], AsyncGenerator[bytes, None]]
 
 
 def template_recognition_available() -> bool:
@@ -407,8 +409,25 @@ class _Proxy:
         return handle
 
 
-def _events(body: AsyncIterator[bytes], headers: dict[str, str]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+class _EventStream(StreamingResponse):
+    """Server-sent events whose source is closed however the response ends: a client that
+    goes away may cancel it while it waits to send, where the events' own ``finally`` would
+    otherwise run only when the garbage collector finds them."""
+
+    def __init__(self, events: AsyncGenerator[bytes, None], headers: dict[str, str]) -> None:
+        super().__init__(events, media_type="text/event-stream", headers=headers)
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._events.aclose()
+
+
+def _events(body: AsyncGenerator[bytes, None], headers: dict[str, str]) -> StreamingResponse:
+    return _EventStream(body, headers)
 
 
 def _too_large(limit: int) -> RequestError:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +121,7 @@ async def _close(stream: Any) -> None:
             logger.warning("could not close a stream", exc_info=True)
 
 
-async def chat_events(stream: Any) -> AsyncIterator[bytes]:
+async def chat_events(stream: Any) -> AsyncGenerator[bytes, None]:
     """``data: <chunk>`` per chunk, then ``data: [DONE]`` (chat and legacy completions)."""
     try:
         async for chunk in stream:
@@ -134,7 +134,7 @@ async def chat_events(stream: Any) -> AsyncIterator[bytes]:
         await _close(stream)
 
 
-async def response_events(stream: Any) -> AsyncIterator[bytes]:
+async def response_events(stream: Any) -> AsyncGenerator[bytes, None]:
     """``event: <type>`` and ``data: <event>`` per event, as the Responses API streams."""
     number = -1
     try:
