@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -871,6 +872,7 @@ def test_load_32_clients_mixing_hits_misses_and_streams(tmp_path: Path) -> None:
 
 
 def test_the_example_client_runs(tmp_path: Path) -> None:
+    assert shutil.which("curl"), "the example client is a curl script: install curl"
     fake = FakeUpstream()
     with (
         serve_in_thread(fake.app()) as upstream,

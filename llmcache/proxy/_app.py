@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import inspect
 import json
 import logging
 import time
@@ -67,8 +68,6 @@ Events = Callable[[Any], AsyncGenerator[bytes, None]]
 def template_recognition_available() -> bool:
     """Whether this llmcache recognises prompt templates in requests that name none (a
     ``templates=`` argument of the cached client)."""
-    import inspect
-
     return "templates" in inspect.signature(AsyncCachedLLM.__init__).parameters
 
 
