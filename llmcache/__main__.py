@@ -1,4 +1,4 @@
-"""Command line: ``python -m llmcache stats DIR``, ``prune DIR`` and ``serve``."""
+"""Command line: ``python -m llmcache stats DIR``, ``prune DIR``, ``serve`` and ``proxy``."""
 
 from __future__ import annotations
 
@@ -91,6 +91,18 @@ def main(argv: list[str] | None = None) -> int:
 
         code: int = serve_main(argv[1:])
         return code
+    if argv and argv[0] == "proxy":
+        # The proxy, like the runtime, is loaded only by its own command (extra [proxy]).
+        try:
+            from .proxy._cli import proxy_main
+        except ImportError as exc:
+            sys.stderr.write(
+                f"llmcache proxy needs the [proxy] extra ({exc.name} is missing): "
+                "pip install 'llmcache[proxy]'\n"
+            )
+            return 2
+        code = proxy_main(argv[1:])
+        return code
     if argv and argv[0] in ("export", "import"):
         from ._transfer import export_main, import_main
 
@@ -120,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("location")
     p.set_defaults(func=_partitions)
     sub.add_parser("serve", help="start the local OpenAI-compatible LLM server (see --help)")
+    sub.add_parser("proxy", help="serve an OpenAI-compatible caching proxy (see --help)")
     sub.add_parser("export", help="copy a cache (directory or postgresql:// DSN) into another")
     sub.add_parser("import", help="copy a cache into this one (same as export, reversed names)")
     args = parser.parse_args(argv)

@@ -110,6 +110,9 @@ class _Tables:
     verifications: VerifyQueue
     inflight: dict[tuple[str, str], threading.Event] = field(default_factory=dict)
     inflight_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Entries this process stored, per table (under inflight_lock): a miss about to lead
+    # compares it with what it saw before its lookup (see SemanticCache.writes).
+    writes: dict[str, int] = field(default_factory=dict)
     draws: random.Random = field(default_factory=random.Random)
     draws_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -378,13 +381,24 @@ class SemanticCache:
                 tables.inflight.pop(key, None)
             event.set()
 
+    def writes(self, partition_key: str) -> int:
+        """How many entries this process has stored in a table since the cache was opened
+        (every view of the cache counts together). A miss that is about to call the LLM
+        compares it with the count it saw before its lookup: another thread may have stored
+        the very answer in between."""
+        with self._tables.inflight_lock:
+            return self._tables.writes.get(partition_key, 0)
+
     def put(self, entry: CacheEntry) -> int:
         # Sealed here as well as by the embedded store, so every backend stores a checksum.
         backend = self._bounded_backend()
         if backend is None:
-            return self.backend.add(entry.sealed())
+            entry_id = self.backend.add(entry.sealed())
+            self._count_write(entry.partition.key)
+            return entry_id
         now = self.clock()
         entry_id = backend.add(entry.sealed(), now=now)
+        self._count_write(entry.partition.key)
         limits = self.limits
         if limits.bounded:
             try:
@@ -395,6 +409,11 @@ class SemanticCache:
                 # The entry is stored; the excess is evicted by the next write (or a prune).
                 logger.warning("could not evict entries over the cache's bounds", exc_info=True)
         return entry_id
+
+    def _count_write(self, partition_key: str) -> None:
+        tables = self._tables
+        with tables.inflight_lock:
+            tables.writes[partition_key] = tables.writes.get(partition_key, 0) + 1
 
     def draw(self, items: Sequence[T]) -> T:
         """One of ``items`` at random, from the draws every view of the cache shares (seeded

@@ -142,15 +142,26 @@ class _CachedCall:
         if mode is Mode.OFF or self.policy.bypass:
             return self._finish(self._miss("bypass", store=False))
         text, vector = self._embed()
+        store = self.options.store
         if mode is Mode.COLLECT:
-            return self._finish(self._miss("collect", store=True, vector=vector, text=text))
+            return self._finish(self._miss("collect", store=store, vector=vector, text=text))
+        writes = self.cache.writes(self.partition.key)
         served = self._look_up(vector, mode)
         if served is not None:
             return self._finish(served)
+        if not store:
+            # Nobody could be served from this miss's answer, so it does not lead a flight
+            # (others would wait for nothing), nor wait for one.
+            return self._finish(self._miss("miss", store=False, vector=vector, text=text))
         # Threads of this process asking the same question meanwhile wait for this miss and are
         # answered from the entry it stores, instead of each paying for the same answer.
         with self.cache.single_flight((self.partition.key, text)) as leader:
-            if not leader:
+            # A follower looks again for the answer it waited for. So does a leader when this
+            # process stored into the table after its lookup: another thread's miss on the
+            # same question may have finished between that lookup and this call's turn (a
+            # would-be hit being explored has decided already, and is not drawn again).
+            stored_since = self.cache.writes(self.partition.key) != writes
+            if not leader or (stored_since and self._explore is None):
                 served = self._look_up(vector, mode)
                 if served is not None:
                     return self._finish(served)
@@ -175,6 +186,9 @@ class _CachedCall:
             if served is not None:
                 return self._finish(served)[0]
         self._pending = ("collect" if mode is Mode.COLLECT else "miss", vector, text)
+        # Said at once: a caller reading the stream's cache_info while it runs (a server
+        # sending the outcome in its headers) must not read a miss as a bypass.
+        self.info.outcome = self._pending[0]  # type: ignore[assignment]
         return None
 
     def close_stream(self, response: Any, *, complete: bool) -> CallInfo:
@@ -202,7 +216,7 @@ class _CachedCall:
             logger.info("streamed answer not stored: %s", reason[:200])
         elif not self.shape.has_tool_calls(response):
             self._label_from_answer(content)
-        if reason is None and vector is not None and text is not None:
+        if reason is None and vector is not None and text is not None and self.options.store:
             attempt = Attempts(
                 completion=response,
                 content=content or "",

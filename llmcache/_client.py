@@ -11,7 +11,8 @@ client's own.
 
 Not cached (sent as they are, nothing stored): calls without ``cache=``; ``n`` > 1; Responses
 requests that depend on server state or on the world at call time (see
-``_shapes.responses_bypass_reason``); ``responses.parse(stream=True)``.
+``_shapes.responses_bypass_reason``); ``responses.parse(stream=True)``. Each resource's
+``cache_bypass_reason(**kwargs)`` says, before a call, whether and why ``create`` would bypass.
 """
 
 from __future__ import annotations
@@ -236,6 +237,13 @@ class _CompletionsBase(_Delegating):
     client as given; ``_options_with_info`` refuses, naming why, a call the cache cannot answer.
     """
 
+    def cache_bypass_reason(self, **kwargs: Any) -> str | None:
+        """Why ``create(**kwargs, cache=...)`` would go to the wrapped client as it is (nothing
+        looked up, stored or counted), or ``None`` when the cache answers it."""
+        if not _cacheable(kwargs):
+            return "n > 1: several choices cannot be answered from one stored answer"
+        return None
+
     def _options(self, kwargs: dict[str, Any]) -> CacheOptions | None:
         options = _pop_options(kwargs)
         return options if options is not None and _cacheable(kwargs) else None
@@ -263,6 +271,12 @@ class _CompletionsBase(_Delegating):
 
 class _ResponsesBase(_Delegating):
     """``responses``: which calls the cache answers (see :class:`_CompletionsBase`)."""
+
+    def cache_bypass_reason(self, **kwargs: Any) -> str | None:
+        """Why ``create(**kwargs, cache=...)`` would go to the wrapped client as it is (the
+        answer depends on state held by the server, or on the world at call time), or
+        ``None`` when the cache answers it."""
+        return responses_bypass_reason(kwargs)
 
     def _options(self, kwargs: dict[str, Any], method: str) -> CacheOptions | None:
         options = _pop_options(kwargs)

@@ -324,9 +324,15 @@ class AsyncTeeStream(_Watch):
         result = self._result(finished)
         if result is None:
             return
+        # Shielded: a caller cancelled while reading (a server whose client went away, whose
+        # cancel scope cancels again at every await) must not cancel the accounting of a call
+        # that was paid for; the thread finishes it whether or not this await is cancelled.
+        await asyncio.shield(asyncio.to_thread(self._finish, *result))
+
+    def _finish(self, response: Any, complete: bool) -> None:
         try:
-            await asyncio.to_thread(self._on_end, *result)
-        except Exception:
+            self._on_end(response, complete)
+        except Exception:  # the caller has its answer; the bookkeeping must not break it
             logger.warning("could not finish a streamed call", exc_info=True)
 
     async def close(self) -> None:

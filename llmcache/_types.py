@@ -164,6 +164,9 @@ class CacheOptions(BaseModel):
     schema lists this query's allowed answers, say): added to every request the call sends,
     kept out of the table key, so that queries of one template share a table; a keyword
     argument of ``create`` may not also be a constraint.
+    ``store=False`` looks the call up and serves a hit as usual, but never stores the answer
+    of a miss (an HTTP client's ``no-store``): such a miss neither leads nor waits for
+    another thread's miss on the same question, since nobody could be served from it.
     ``wrong_hit_budget``, ``equivalence``, ``verifier``, ``verify_band``, ``verify_path`` and
     ``variety`` are this call's own (see :class:`~llmcache.CacheConfig`).
     Fields left ``None`` take the category's policy, then the cache's defaults.
@@ -184,6 +187,7 @@ class CacheOptions(BaseModel):
     options: tuple[str, ...] | None = None
     embed: EmbedMode | None = None
     mode: Mode | None = None
+    store: bool = True
     threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
     modifier: Any = None  # a Modifier; Any because Protocols are not pydantic types
     validator: Any = None  # a Validator, a pydantic model class, or None

@@ -82,6 +82,45 @@ def test_call_without_cache_options_passes_straight_through(tmp_path: Path) -> N
     assert client.cache.stats().tables == []
 
 
+def test_cache_bypass_reason_says_before_a_call_what_the_cache_cannot_answer(
+    tmp_path: Path,
+) -> None:
+    client, fake = make(tmp_path)
+    completions, responses = client.chat.completions, client.responses
+    assert completions.cache_bypass_reason(model="m", messages=MSGS) is None
+    assert completions.cache_bypass_reason(model="m", messages=MSGS, stream=True) is None
+    reason = completions.cache_bypass_reason(model="m", messages=MSGS, n=2)
+    assert reason is not None and "n > 1" in reason
+    assert responses.cache_bypass_reason(model="m", input="hi") is None
+    reason = responses.cache_bypass_reason(model="m", input="hi", previous_response_id="resp_1")
+    assert reason is not None and "previous_response_id" in reason
+    reason = responses.cache_bypass_reason(model="m", input="hi", tools=[{"type": "web_search"}])
+    assert reason is not None and "web_search" in reason
+    twin = AsyncCachedLLM(AsyncFakeOpenAI(), cache=client.cache)
+    assert twin.chat.completions.cache_bypass_reason(model="m", messages=MSGS, n=3) is not None
+    assert fake.calls == []  # asking sends nothing
+
+
+def test_store_false_serves_hits_but_stores_no_answer(tmp_path: Path) -> None:
+    client, fake = make(tmp_path)
+    create = client.chat.completions.create_with_info
+    _, info = create(model="m", messages=MSGS, cache=opts(store=False))
+    assert info.outcome == "miss" and info.entry_id is None
+    assert client.cache.partitions() == []
+    _, info = create(model="m", messages=MSGS, cache=opts(mode=Mode.COLLECT, store=False))
+    assert info.outcome == "collect" and client.cache.partitions() == []
+    _, info = create(model="m", messages=MSGS, cache=opts())  # an ordinary miss stores
+    assert info.outcome == "miss" and info.entry_id is not None
+    _, info = create(model="m", messages=MSGS, cache=opts(store=False))
+    assert info.outcome == "hit"  # a no-store call is still served what is there
+    assert len(fake.calls) == 3
+    (partition,) = client.cache.partitions()
+    assert client.cache.backend.count(partition.key) == 1
+    total = client.cache.stats().total
+    assert (total.misses, total.collects, total.hits) == (2, 1, 1)
+    client.close()
+
+
 def test_other_attributes_delegate_to_the_wrapped_client(tmp_path: Path) -> None:
     client, fake = make(tmp_path)
     fake.chat.something_else = "chat-attr"  # type: ignore[attr-defined]

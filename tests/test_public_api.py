@@ -71,6 +71,8 @@ SURFACE: dict[str, set[str]] = {
         "same_answer",
     },
     "llmcache.recording": {"RecordedCall", "Recorder", "read_records"},
+    # The OpenAI-compatible caching proxy (extra [proxy]): settings and the ASGI app.
+    "llmcache.proxy": {"ProxyKey", "ProxySettings", "create_app"},
     "llmcache.types": {
         "Adapted",
         "CacheEntry",
@@ -291,13 +293,18 @@ def test_the_cache_core_never_imports_the_llm_runtime() -> None:
     for path in core:
         imports = _imported_modules(ast.parse(path.read_text("utf-8")), "llmcache")
         for module, at_import_time in imports:
-            runtime = module == "llmcache.llm" or module.startswith("llmcache.llm.")
+            # Nor the proxy, which is built on the cache as the runtime is.
+            runtime = any(
+                module == name or module.startswith(f"{name}.")
+                for name in ("llmcache.llm", "llmcache.proxy")
+            )
             if runtime and (at_import_time or path.name != "__main__.py"):
                 offenders.append(f"{path.name}: {module}")
     assert offenders == []
-    # The scan does see imports: the CLI's lazy one, and the runtime's own imports of the core.
+    # The scan does see imports: the CLI's lazy ones, and the runtime's own imports of the core.
     main = _imported_modules(ast.parse((root / "__main__.py").read_text("utf-8")), "llmcache")
     assert ("llmcache.llm._serve", False) in main
+    assert ("llmcache.proxy._cli", False) in main
     runtime = _imported_modules(
         ast.parse((root / "llm" / "_config.py").read_text("utf-8")), "llmcache.llm"
     )
@@ -313,6 +320,22 @@ def test_the_llm_runtime_uses_only_the_caches_public_names() -> None:
         if module.startswith("llmcache._")
     ]
     assert offenders == []
+
+
+def test_the_proxy_uses_only_the_public_names_of_the_cache_and_the_runtime() -> None:
+    root = Path(llmcache.__file__).resolve().parent / "proxy"
+    imports = [
+        (path.name, module)
+        for path in sorted(root.glob("*.py"))
+        for module, _ in _imported_modules(ast.parse(path.read_text("utf-8")), "llmcache.proxy")
+    ]
+    offenders = [
+        f"{name}: {module}"
+        for name, module in imports
+        if module.startswith(("llmcache._", "llmcache.llm._"))
+    ]
+    assert offenders == []
+    assert ("_upstream.py", "llmcache.llm.open_llm") in imports  # the scan reads the package
 
 
 # -- the shape of the tree: no circles, no private names taken across modules ------------------

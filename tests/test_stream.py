@@ -5,9 +5,13 @@ chunk (or event) objects."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from client_support import make
 from client_support import opts as base_opts
@@ -31,6 +35,9 @@ class Score(BaseModel):
     score: int
 
 
+_STREAMED: dict[str, Any] = {"model": "m", "messages": MSGS, "stream": True}
+
+
 def opts(**kw: Any) -> CacheOptions:
     return base_opts(**{"category": "greeting", "agent": "Isabella", "keywords": ["menu"], **kw})
 
@@ -45,8 +52,9 @@ def test_a_miss_streams_through_untouched_and_is_stored_when_it_ends(tmp_path: P
     stream = client.chat.completions.create(model="m", messages=MSGS, stream=True, cache=opts())
     assert fake.calls[0] == {"model": "m", "messages": MSGS, "stream": True}
     first = next(iter(stream))
-    # Nothing is stored while the caller is still reading.
+    # Nothing is stored while the caller is still reading; the outcome is known already.
     assert client.cache.partitions() == []
+    assert stream.cache_info is not None and stream.cache_info.outcome == "miss"
     chunks = [first, *stream]
     assert all(isinstance(c, ChatCompletionChunk) for c in chunks)
     assert _text(chunks) == ANSWER and len(chunks) > 8  # the fake streams word by word
@@ -144,6 +152,17 @@ def test_a_stream_closed_early_is_not_stored(tmp_path: Path) -> None:
     assert len(fake.calls) == 2 and len(client.cache.partitions()) == 1
 
 
+def test_a_streamed_miss_with_store_false_is_passed_on_and_not_stored(tmp_path: Path) -> None:
+    fake = FakeOpenAI(lambda r: ANSWER)
+    client = make(tmp_path, fake)
+    stream = client.chat.completions.create(
+        model="m", messages=MSGS, stream=True, cache=opts(store=False)
+    )
+    assert _text(list(stream)) == ANSWER
+    assert stream.cache_info.outcome == "miss"
+    assert client.cache.partitions() == []
+
+
 def test_a_stream_that_breaks_off_is_not_stored(tmp_path: Path) -> None:
     fake = FakeOpenAI(lambda r: ANSWER, break_streams_after=3)
     client = make(tmp_path, fake)
@@ -227,6 +246,71 @@ def test_async_stream_miss_passes_through_and_hit_is_replayed(tmp_path: Path) ->
         assert _text([c async for c in plain]) == ANSWER
         total = client.cache.stats().total
         assert (total.lookups, total.hits, total.misses) == (3, 1, 2)
+        client.close()
+
+    asyncio.run(main())
+
+
+def test_an_async_stream_cancelled_while_it_is_read_is_still_accounted(tmp_path: Path) -> None:
+    # The reader is cancelled by an anyio cancel scope (as Starlette's is when a server's
+    # client goes away) while the stream waits for a chunk: the call was paid for, so it is
+    # counted; it is not stored.
+    chunks = list(FakeOpenAI(lambda r: ANSWER).chat.completions.create(**_STREAMED))
+
+    class SlowStream:
+        def __init__(self) -> None:
+            self._items = iter(chunks)
+
+        def __aiter__(self) -> SlowStream:
+            return self
+
+        async def __anext__(self) -> Any:
+            await asyncio.sleep(0.05)  # the next chunk is on its way
+            try:
+                return next(self._items)
+            except StopIteration:
+                raise StopAsyncIteration from None
+
+        async def close(self) -> None:
+            pass
+
+    class SlowCompletions:
+        async def create(self, **kwargs: Any) -> SlowStream:
+            return SlowStream()
+
+    class SlowClient:
+        def __init__(self) -> None:
+            self.chat = type("Chat", (), {"completions": SlowCompletions()})()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        # One worker thread, kept busy while the reader is cancelled: the stream's accounting
+        # waits in the queue, where a cancelled await would drop it before it ever ran.
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        cache = SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64))
+        client = AsyncCachedLLM(SlowClient(), cache=cache)
+        stream = await client.chat.completions.create(**_STREAMED, cache=opts())
+        first = asyncio.Event()
+
+        async def read() -> None:
+            async for _ in stream:
+                first.set()
+
+        busy = threading.Event()
+        async with anyio.create_task_group() as readers:
+            readers.start_soon(read)
+            await first.wait()
+            blocker = loop.run_in_executor(None, busy.wait)
+            # Lands in the stream's wait for its next chunk, and is delivered again at every
+            # await of the cancelled reader: the stream's close included.
+            readers.cancel_scope.cancel()
+        busy.set()
+        await blocker
+        deadline = time.monotonic() + 10
+        while client.cache.stats().total.misses < 1:  # finished in a worker thread
+            assert time.monotonic() < deadline, "the cancelled stream was never accounted"
+            await asyncio.sleep(0.02)
+        assert client.cache.partitions() == []
         client.close()
 
     asyncio.run(main())

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from fault_tools import (
+    DIM,
     acked_writer,
     ask,
     concurrent_writer,
@@ -26,9 +27,10 @@ from fault_tools import (
     run_processes,
 )
 
+from llmcache import CachedLLM, SemanticCache
 from llmcache._local_backend import LocalBackend
 from llmcache._protocols import CacheBackend
-from llmcache.testing import FakeOpenAI
+from llmcache.testing import FakeOpenAI, HashEmbedder
 
 KILLS = 16
 WRITERS = 4
@@ -207,6 +209,48 @@ def test_racing_misses_in_one_process_are_coalesced(tmp_path: Path) -> None:
     assert sorted(outcomes) == ["hit"] * 7 + ["miss"]
     (partition,) = client.cache.partitions()
     assert client.cache.backend.count(partition.key) == 1
+    client.close()
+
+
+def test_a_miss_stored_between_a_lookup_and_its_turn_is_paid_for_once(tmp_path: Path) -> None:
+    # The narrow window of a race: the second asker looks up before the first has stored its
+    # answer, and reaches the single flight only after the first has left it. It leads a
+    # flight of its own then, and must look again rather than pay for the answer a second time.
+    import threading
+    from contextlib import AbstractContextManager
+
+    looked = threading.Event()
+    first_done = threading.Event()
+
+    class LateTurn(SemanticCache):
+        def single_flight(self, key: tuple[str, str]) -> AbstractContextManager[bool]:
+            if threading.current_thread().name == "second":
+                looked.set()  # its lookup has missed
+                assert first_done.wait(30)
+            return super().single_flight(key)
+
+    def answer(request: dict[str, Any]) -> str:
+        assert looked.wait(30)  # the second asker has looked up and missed meanwhile
+        return "the one answer"
+
+    fake = FakeOpenAI(answer)
+    client = CachedLLM(fake, cache=LateTurn(tmp_path / "c", embedder=HashEmbedder(dim=DIM)))
+    outcomes: dict[str, str] = {}
+
+    def asker() -> None:
+        content, info = ask(client, ["the", "same", "question"])
+        assert content == "the one answer"
+        outcomes[threading.current_thread().name] = info.outcome
+        if threading.current_thread().name == "first":
+            first_done.set()
+
+    threads = [threading.Thread(target=asker, name=name) for name in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert outcomes == {"first": "miss", "second": "hit"}
+    assert len(fake.calls) == 1
     client.close()
 
 

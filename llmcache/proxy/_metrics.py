@@ -1,0 +1,168 @@
+"""``GET /metrics``: the proxy's requests and the cache's own counters, in Prometheus's text
+format (written by ``prometheus_client``, not by hand).
+
+Two kinds of figure:
+
+- the proxy's, counted in this process: requests by endpoint, cache outcome and HTTP status,
+  and the time to a response's headers;
+- the cache's, read from its store at each scrape (every process sharing the cache, since it
+  was made): lookups, hits, misses, tokens and dollars spent and avoided per category, evictions,
+  entries and bytes, and per table under a wrong-hit budget its threshold in force and the
+  budget's estimates (wrong-hit rate, the model's self-disagreement, the excess the budget bounds,
+  with the upper ends of their 95% intervals).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from .. import CacheStats
+from ..types import TableStats
+
+__all__ = ["CONTENT_TYPE", "ProxyMetrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# (metric name, help, the TableStats field summed per category)
+_COUNTERS = (
+    ("llmcache_lookups", "Lookups (hits and misses)", "lookups"),
+    ("llmcache_hits", "Calls answered from the cache", "hits"),
+    ("llmcache_misses", "Calls looked up and sent to the LLM", "misses"),
+    ("llmcache_collects", "Calls sent to the LLM and stored without a lookup", "collects"),
+    ("llmcache_bypasses", "Calls let through (mode off, a bypassed category)", "bypasses"),
+    ("llmcache_tokens_spent", "Tokens the LLM was paid for", "tokens_spent"),
+    ("llmcache_tokens_avoided", "Tokens hits saved", "tokens_avoided"),
+    ("llmcache_spent_dollars", "US dollars the LLM was paid", "usd_spent"),
+    ("llmcache_avoided_dollars", "US dollars hits saved", "usd_avoided"),
+    ("llmcache_evicted", "Entries evicted to keep within the cache's bounds", "evicted"),
+    ("llmcache_expired", "Entries evicted past their time to live", "expired"),
+    ("llmcache_corrupt", "Damaged entries met and evicted", "corrupt"),
+    ("llmcache_store_failures", "Answers returned but not stored", "store_failures"),
+)
+_TABLE = ["category", "agent", "model", "table"]
+
+
+def _budget_gauges(tables: list[TableStats]) -> Iterator[Metric]:
+    budgeted = [t for t in tables if t.wrong_hit_budget is not None or t.labels]
+    gauges = {
+        "budget": GaugeMetricFamily(
+            "llmcache_budget_delta", "The wrong-hit budget (delta) of a table", labels=_TABLE
+        ),
+        "threshold": GaugeMetricFamily(
+            "llmcache_budget_threshold",
+            "The raw-cosine threshold in force: learned, or the strict one until labels prove one",
+            labels=_TABLE,
+        ),
+        "labels": GaugeMetricFamily(
+            "llmcache_budget_labels", "Labels of a table (right and wrong)", labels=_TABLE
+        ),
+        "wrong": GaugeMetricFamily(
+            "llmcache_budget_wrong_rate",
+            "Estimated wrong-hit rate at the threshold in force",
+            labels=_TABLE,
+        ),
+        "wrong_upper": GaugeMetricFamily(
+            "llmcache_budget_wrong_rate_upper",
+            "Upper end of the wrong-hit rate's 95% interval",
+            labels=_TABLE,
+        ),
+        "self": GaugeMetricFamily(
+            "llmcache_budget_self_disagreement",
+            "How often two fresh answers to one prompt disagree (the model's own variability)",
+            labels=_TABLE,
+        ),
+        "excess": GaugeMetricFamily(
+            "llmcache_budget_excess",
+            "Wrong-hit rate minus self-disagreement: what the budget bounds",
+            labels=_TABLE,
+        ),
+        "excess_upper": GaugeMetricFamily(
+            "llmcache_budget_excess_upper",
+            "Upper end of the excess's 95% interval (kept at or under the budget)",
+            labels=_TABLE,
+        ),
+        "closed": GaugeMetricFamily(
+            "llmcache_budget_closed",
+            "1 when a table serves no hit (its labels say so)",
+            labels=_TABLE,
+        ),
+    }
+    for t in budgeted:
+        where = [t.category, t.agent, t.model, t.key]
+        values = {
+            "budget": t.wrong_hit_budget,
+            "threshold": t.threshold_in_force,
+            "labels": float(t.labels),
+            "wrong": t.wrong_rate,
+            "wrong_upper": t.wrong_rate_ci[1] if t.wrong_rate_ci else None,
+            "self": t.self_disagreement,
+            "excess": t.excess,
+            "excess_upper": t.excess_ci[1] if t.excess_ci else None,
+            "closed": float(t.closed),
+        }
+        for name, value in values.items():
+            if value is not None:
+                gauges[name].add_metric(where, value)
+    yield from gauges.values()
+
+
+class _CacheCollector(Collector):
+    """Reads the cache's counters at each scrape (see the module's docstring)."""
+
+    def __init__(self, stats: Callable[[], CacheStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for table in stats.tables:
+            for _, _, field in _COUNTERS:
+                sums[table.category][field] += getattr(table, field)
+        for name, documentation, field in _COUNTERS:
+            family = CounterMetricFamily(
+                name, f"{documentation}, per category", labels=["category"]
+            )
+            for category, values in sorted(sums.items()):
+                family.add_metric([category], values[field])
+            yield family
+        if stats.entries is not None:
+            yield GaugeMetricFamily("llmcache_entries", "Entries in the cache", stats.entries)
+        if stats.bytes is not None:
+            yield GaugeMetricFamily("llmcache_bytes", "Bytes of the stored entries", stats.bytes)
+        yield from _budget_gauges(stats.tables)
+
+
+class ProxyMetrics:
+    """The proxy's registry: its own counters, and the cache's read at each scrape."""
+
+    def __init__(self, stats: Callable[[], CacheStats]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._requests = Counter(
+            "llmcache_proxy_requests",
+            "Requests answered, by endpoint, cache outcome (hit, miss, collect, bypass, pass "
+            "for a request without cache options, error) and HTTP status",
+            ["endpoint", "outcome", "status"],
+            registry=self.registry,
+        )
+        self._seconds = Histogram(
+            "llmcache_proxy_response_seconds",
+            "Time from a request to its response's headers, by endpoint and cache outcome",
+            ["endpoint", "outcome"],
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.registry.register(_CacheCollector(stats))
+
+    def observe(self, endpoint: str, outcome: str, status: int, seconds: float) -> None:
+        self._requests.labels(endpoint, outcome, str(status)).inc()
+        self._seconds.labels(endpoint, outcome).observe(seconds)
+
+    def render(self) -> bytes:
+        """The text exposition (reads the cache's store: call it off the event loop)."""
+        return generate_latest(self.registry)
