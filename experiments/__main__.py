@@ -1,6 +1,6 @@
 """``python -m experiments``: the thesis's chapter-3 caching study on our town.
 
-    python -m experiments reproduce --profile quick      # everything, ~15-20 min on 2 cores
+    python -m experiments reproduce --profile quick      # everything (wall times: README.md)
     python -m experiments collect --profile quick        # only the simulation runs
     python -m experiments saturation --profile quick     # one experiment (runs cached)
     python -m experiments report --profile quick         # figures + report.md from the JSONs

@@ -2,7 +2,8 @@
 
 The notebooks under ``notebooks/`` are thin: they read ``$EXPERIMENTS_RESULTS`` (default
 ``results/quick`` under the repository root), load the JSON results and draw them with
-``experiments.plots``. They are committed without outputs; executed copies go elsewhere.
+``experiments`` (its ``plot_*`` functions). They are committed without outputs; executed
+copies go elsewhere.
 """
 
 from __future__ import annotations

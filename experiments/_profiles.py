@@ -52,7 +52,8 @@ class Profile(BaseModel):
     # default threshold).
     budgets: list[float] = Field(default_factory=lambda: [0.05])
     # Second answers the model is asked, per group and configuration at most, to pair with the
-    # served answers of the budget step (the floor is 100 per group).
+    # served answers of the budget step: a group's paired excess rests on these pairs, so this
+    # sample sets how narrow its interval can get (LLM calls, hence the cap).
     reanswer_sample: int = Field(default=100, ge=1)
     # Which tier judges: the simulation's own model ("default") or the superior one. The
     # reference judge always runs beside it.
@@ -68,7 +69,7 @@ QUICK = Profile(
     name="quick",
     runs=3,
     # 06:00-14:00: daily plans and their decompositions, the first reflections, school or
-    # work -- every non-dialogue group but the rare future plan revision, in about 11 minutes.
+    # work -- every non-dialogue group but the rare future plan revision.
     days=8 / 24,
     agents=["Alice Wilson", "Mary Oliver"],
     max_attempts=2,

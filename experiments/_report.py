@@ -1029,8 +1029,8 @@ def _caveats(results: StudyResults, ctx: ReportContext) -> Section:
         took = f"{profile.name} took the wall times above; " if ctx.timings else ""
         lines.append(
             "- Run `python -m experiments reproduce --profile full` for the study-sized "
-            f"reproduction ({took}the full profile's expected time is in "
-            "`experiments/_profiles.py`)."
+            f"reproduction ({took}what each profile took where it was measured is in "
+            "`experiments/README.md`, section Profiles)."
         )
     return Section(title="Caveats", lines=lines)
 

@@ -95,8 +95,13 @@ def test_quick_profile_reproduces_everything(tmp_path: Path) -> None:
     assert "cost of a held-out run" in proc.stdout and "report:" in proc.stdout
     assert "acceptable answers in serve mode" in proc.stdout
     assert "**Headline**" in report and "pairwise" in report
-    # The wrong-hit budget answered the held-out run online, every query accounted for.
+    # The wrong-hit budget answered the held-out run online, every query accounted for, and
+    # the model answered a sample of the served queries again to pair with them.
     budget = load_result(BudgetResult, out / "budget.json")
     held_out = collect.runs[-1].prompts_kept
     assert all(r.groups["all"].queries == held_out for r in budget.runs)
-    assert "wrong hits served online" in proc.stdout and "## Wrong-hit budget" in report
+    assert {r.config for r in budget.runs} == {"budget", "static", "serve", "random"}
+    serve = next(r for r in budget.runs if r.config == "serve").groups["all"]
+    assert serve.hits > 0 and serve.paired.pairs > 0 and budget.reanswers_asked > 0
+    assert "over the model's own second answers" in proc.stdout
+    assert "## Wrong-hit budget" in report and "over the model's own variability" in report
