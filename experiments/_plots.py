@@ -1,6 +1,6 @@
 """The figures of chapter 3, drawn from the experiments' JSON results only.
 
-Each ``plot_*`` function takes one result model (``experiments._results``) and an output path,
+Each ``plot_*`` function takes one result model of ``experiments`` and an output path,
 writes a PNG, closes its figure and returns the path; ``plot_all`` does every result present in
 a results directory. Nothing here re-simulates or re-embeds, so figures can be restyled freely.
 

@@ -1,8 +1,9 @@
 """``python -m experiments reproduce --profile quick`` from scratch, on the real local models.
 
-This is the issue's done-when: every figure, ``report.md`` and both notebooks executed headless
-on the quick profile's output, with the offline default LLM and embedder (about 11 minutes
-on 2 cores; marked slow, still run in CI). Skipped only when the local LLM is not installed.
+The study's end-to-end check: every figure, ``report.md`` and both notebooks executed headless
+on the quick profile's output, with the offline default LLM and embedder (marked slow, still
+run in CI; its wall time is in experiments/README.md). Skipped only when the local LLM is not
+installed.
 """
 
 from __future__ import annotations
