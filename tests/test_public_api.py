@@ -428,7 +428,9 @@ def test_no_module_imports_another_modules_private_names() -> None:
             ours = isinstance(node, ast.ImportFrom) and (
                 node.level > 0 or (node.module or "").split(".")[0] in PACKAGES
             )
-            if isinstance(node, ast.ImportFrom) and ours:
+            # `from . import _x` names a private *module* of the package: the package's own.
+            submodule = isinstance(node, ast.ImportFrom) and node.level > 0 and not node.module
+            if isinstance(node, ast.ImportFrom) and ours and not submodule:
                 for alias in node.names:
                     if alias.name.startswith("_") and not alias.name.startswith("__"):
                         offenders.append(f"{module}: from {node.module} import {alias.name}")
