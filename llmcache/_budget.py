@@ -174,14 +174,17 @@ def excess_interval(
     """The interval of ``wrong / n - disagree / pairs``: Newcombe's hybrid score interval for
     a difference of two independent proportions, from the Wilson interval of each.
 
-    Without pairs the second rate is taken as 0 (no credit for variability nobody measured),
-    so the interval is the first rate's own Wilson interval. Without labels it is ``(-1, 1)``.
+    Without pairs, or with pairs that never disagreed, the second rate is taken as 0: no credit
+    for variability nobody saw, and a model that has not disagreed with itself is held to the
+    plain wrong-hit rate both ways. The interval is then the first rate's own Wilson interval,
+    which makes the budget of a deterministic model exactly the plain budget. Without labels
+    it is ``(-1, 1)``.
     """
     if n <= 0:
         return -1.0, 1.0
     p1 = wrong / n
     low1, high1 = wilson_interval(wrong, n, z)
-    if pairs <= 0:
+    if pairs <= 0 or disagree <= 0:
         return low1, high1
     p0 = disagree / pairs
     low0, high0 = wilson_interval(disagree, pairs, z)

@@ -34,8 +34,11 @@ Z_ONE_SIDED = 1.6449
 
 def test_without_pairs_the_excess_interval_is_the_wrong_rates_own() -> None:
     assert excess_interval(3, 40, 0, 0) == wilson_interval(3, 40)
-    # Pairs that never disagree give no credit either: the upper end is the same.
-    assert excess_interval(3, 40, 0, 25)[1] == pytest.approx(wilson_interval(3, 40)[1])
+    # Pairs that never disagree give no credit either: a deterministic model's interval.
+    assert excess_interval(3, 40, 0, 25) == wilson_interval(3, 40)
+    # Once the model has disagreed with itself, its rate's uncertainty widens both ends.
+    low, high = excess_interval(3, 40, 1, 25)
+    assert low < wilson_interval(3, 40)[0] - 0.04 and high < wilson_interval(3, 40)[1]
     assert excess_interval(0, 0, 5, 10) == (-1.0, 1.0)
 
 
