@@ -551,6 +551,9 @@ class BudgetBook:
         self._decisions: dict[tuple[str, str | None, Stream, float], Decision] = {}
         self._loaded_at: float | None = None
         self._random = random.Random(seed)  # seeded: a replayed stream draws the same calls
+        # Twins draw apart from explorations, so that asking twins never moves which would-be
+        # hits are explored (a deterministic model's stream explores as it did without twins).
+        self._twin_random = random.Random(None if seed is None else f"twins:{seed}")
 
     def _load(self) -> None:
         """(Re)read every table's labels: this process's are flushed first, so none is lost or
@@ -639,7 +642,7 @@ class BudgetBook:
         threshold = decision.threshold if decision.threshold <= 1.0 else STRICT_THRESHOLD
         with self._lock:
             wanted = pairs_wanted(pairs, evidence.above(threshold)[0])
-            return wanted and self._random.random() < rate
+            return wanted and self._twin_random.random() < rate
 
     def _write(self, key: str, pool: str | None, delta: Mapping[str, float]) -> None:
         self._ledger.add(key, delta)
