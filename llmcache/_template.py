@@ -24,6 +24,7 @@ to
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -49,6 +50,11 @@ class FilledPrompt(BaseModel):
     text: str
     system: str | None = None
     keywords: tuple[str, ...]
+    #: The template's identity (:attr:`PromptTemplate.digest`), its slot values by slot name,
+    #: and the slots whose values must match exactly for a hit.
+    template: str | None = None
+    slots: dict[str, str] = Field(default_factory=dict)
+    exact_slots: tuple[str, ...] = ()
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -83,12 +89,15 @@ class PromptTemplate(BaseModel):
     text: str
     system: str | None = None
     keyword_slots: tuple[str, ...] | None = None
+    exact_slots: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> PromptTemplate:
         if _NAMED.search(self.prompt) and _POSITIONAL.search(self.prompt):
             raise ValueError(f"template {self.name!r} mixes {{named}} and !<INPUT n>! slots")
-        unknown = [s for s in self.keyword_slots or () if s not in self.slots]
+        unknown = [
+            s for s in (*(self.keyword_slots or ()), *self.exact_slots) if s not in self.slots
+        ]
         if unknown:
             raise ValueError(
                 f"template {self.name!r} has no slot {', '.join(map(repr, unknown))}; "
@@ -101,6 +110,17 @@ class PromptTemplate(BaseModel):
         """The text that is sent: without a Park-style notes block above the marker line."""
         head, marker, body = self.text.partition(COMMENT_MARKER)
         return body if marker else head
+
+    @property
+    def digest(self) -> str:
+        """The template's identity: a hash of what it sends (prompt and system text), not of
+        its name, so that two templates that share a name never share a table and a renamed
+        template keeps its tables."""
+        h = hashlib.sha256()
+        for part in (self.prompt.strip(), self.system or ""):
+            h.update(part.encode("utf-8", "backslashreplace"))
+            h.update(b"\x00")
+        return h.hexdigest()[:32]
 
     @property
     def positional(self) -> bool:
@@ -130,6 +150,9 @@ class PromptTemplate(BaseModel):
             text=fill(self.prompt).strip(),
             system=fill(self.system) if self.system else None,
             keywords=tuple(given[s] for s in chosen),
+            template=self.digest,
+            slots={s: given[s] for s in self.slots},
+            exact_slots=self.exact_slots,
         )
 
     def _values(self, inputs: tuple[Any, ...], values: dict[str, Any]) -> dict[str, str]:

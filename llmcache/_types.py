@@ -169,6 +169,14 @@ class CacheOptions(BaseModel):
     another thread's miss on the same question, since nobody could be served from it.
     ``wrong_hit_budget``, ``equivalence``, ``verifier``, ``verify_band``, ``verify_path`` and
     ``variety`` are this call's own (see :class:`~llmcache.CacheConfig`).
+    ``template`` identifies the prompt's template by its text (``PromptTemplate.digest``): a
+    templated call's tables are keyed by it, not by ``category`` (then only a display name), so
+    two templates that share a name never share answers and renaming one keeps its tables.
+    ``slots`` are the template's slot values by slot name; in keyword mode the cache embeds the
+    slots that vary within the table (``keywords`` then override that choice).
+    ``exact_slots`` name slots whose values must match exactly for a hit (times, dates).
+    ``fallback`` is the answer text returned, counted and never stored, when every attempt was
+    invalid, instead of raising :class:`~llmcache.errors.InvalidResponseError`.
     Fields left ``None`` take the category's policy, then the cache's defaults.
     Unknown fields and values of the wrong type are refused with a pydantic
     ``ValidationError`` (a ``ValueError``), as every other bad option is.
@@ -185,6 +193,10 @@ class CacheOptions(BaseModel):
     agent: str = ""
     keywords: tuple[str, ...] | None = None
     options: tuple[str, ...] | None = None
+    template: str | None = Field(default=None, min_length=1)
+    slots: dict[str, str] | None = None
+    exact_slots: tuple[str, ...] | None = None
+    fallback: str | None = None
     embed: EmbedMode | None = None
     mode: Mode | None = None
     store: bool = True
@@ -204,7 +216,7 @@ class CacheOptions(BaseModel):
     # must meet them through the validator, as every served answer must.
     constraints: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("keywords", "options", mode="before")
+    @field_validator("keywords", "options", "exact_slots", mode="before")
     @classmethod
     def _tuple(cls, value: Any) -> Any:
         if value is None or isinstance(value, tuple):
