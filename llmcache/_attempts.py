@@ -70,6 +70,7 @@ def send_validated(
     cost = 0.0
     last_reason = ""
     last_content: str | None = None
+    last_response: Any = None
     for n, sent in enumerate(plan, start=1):
         completion = call(sent)
         u = shape.usage(completion, shape.messages(sent))
@@ -91,7 +92,7 @@ def send_validated(
                 cost=cost,
             )
         on_invalid(n, model, content, u, reason)
-        last_reason, last_content = reason, content
+        last_reason, last_content, last_response = reason, content, completion
         logger.info("invalid answer (attempt %d/%d): %s", n, len(plan), reason[:200])
     raise InvalidResponseError(
         f"no valid answer after {len(plan)} attempts (last reason: {last_reason[:300]})",
@@ -100,4 +101,5 @@ def send_validated(
         last_error=last_reason,
         usage=usage,
         cost_usd=cost,
+        last_response=last_response,
     )

@@ -3,6 +3,7 @@
     options → policy → partition → embedding text → vector → lookup → decision
       hit:  modifier → validate → ChatCompletion rebuilt from the stored JSON
       miss: LLM call → validate (retry, escalate) → store → ChatCompletion as the server sent it
+        (no valid answer: InvalidResponseError, or the fallback text, never stored)
     → ledger (+ recorder)
 
 The steps live where their concept does: the table and the embedding text in ``_filing.py``,
@@ -174,7 +175,9 @@ class _CachedCall:
 
         A streamed miss makes one attempt, without retry, escalation or single-flight: its
         chunks reach the caller as they arrive, so an answer cannot be taken back once it has
-        begun, and no lock may be held for as long as a caller takes to read a stream.
+        begun, and no lock may be held for as long as a caller takes to read a stream. For the
+        same reason a ``fallback`` does not apply to a stream: an invalid streamed answer has
+        already reached the caller (paid, not lost), and is recorded as invalid, not stored.
         """
         mode = self.policy.mode
         if mode is Mode.OFF or self.policy.bypass:
@@ -528,6 +531,13 @@ class _CachedCall:
                 candidate, adapted = self._explore
                 self._mark_hit(candidate.entry, adapted.modifier)
                 return self.shape.rebuild(candidate.entry, adapted.content, adapted.usage)
+            if self.policy.fallback is not None:
+                # What the caller's own code would answer after its last attempt: returned as
+                # the endpoint's response, counted (``fallbacks``), never stored, so that the
+                # next identical call asks the LLM again.
+                self.info.fallback = True
+                logger.info("no valid answer; returning the fallback: %s", exc.last_error[:200])
+                return self.shape.fallback(exc.last_response, self.policy.fallback, self.model)
             self._settle()
             self._account()
             raise

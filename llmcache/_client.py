@@ -2,8 +2,9 @@
 
 ``CachedLLM(OpenAI())`` and ``AsyncCachedLLM(AsyncOpenAI())``.
 
-Intercepted: ``chat.completions.create`` (also with ``stream=True``), ``chat.completions.parse``
-and ``responses.create`` / ``responses.parse``, each with a ``*_with_info`` sibling that also
+Intercepted: ``chat.completions.create`` (also with ``stream=True``), ``chat.completions.parse``,
+``responses.create`` / ``responses.parse`` and the legacy ``completions.create`` (also with
+``stream=True``), each with a ``*_with_info`` sibling that also
 reports how the answer was made. The wrapper pops its own ``cache=`` keyword and forwards every
 other keyword verbatim to the wrapped client's own method: a miss sends exactly what the SDK
 would have sent. Every other attribute, at every level of the resource tree, is the wrapped
@@ -11,7 +12,9 @@ client's own.
 
 Not cached (sent as they are, nothing stored): calls without ``cache=``; ``n`` > 1; Responses
 requests that depend on server state or on the world at call time (see
-``_shapes.responses_bypass_reason``); ``responses.parse(stream=True)``. Each resource's
+``_shapes.responses_bypass_reason``); legacy completions of anything but one text prompt, or
+with ``echo``, ``logprobs``, ``suffix`` or ``best_of`` (see
+``_shapes.completions_bypass_reason``); ``responses.parse(stream=True)``. Each resource's
 ``cache_bypass_reason(**kwargs)`` says, before a call, whether and why ``create`` would bypass.
 """
 
@@ -33,16 +36,27 @@ from ._config import CacheConfig
 from ._errors import ConfigurationError
 from ._protocols import CacheBackend, Embedder
 from ._recorder import Recorder
-from ._shapes import CHAT, ParsedChatShape, ResponsesShape, Shape, responses_bypass_reason
+from ._shapes import (
+    CHAT,
+    COMPLETIONS,
+    CompletionsShape,
+    ParsedChatShape,
+    ResponsesShape,
+    Shape,
+    completions_bypass_reason,
+    responses_bypass_reason,
+)
 from ._stream import (
     Assembler,
     AsyncReplayStream,
     AsyncTeeStream,
     ChatAssembler,
+    CompletionAssembler,
     ReplayStream,
     ResponsesAssembler,
     TeeStream,
     chat_chunks,
+    completion_chunks,
     include_usage,
     response_events,
 )
@@ -105,7 +119,11 @@ Replay = Callable[[Any], list[Any]]
 
 
 def _assembler(shape: Shape) -> Assembler:
-    return ResponsesAssembler() if isinstance(shape, ResponsesShape) else ChatAssembler()
+    if isinstance(shape, ResponsesShape):
+        return ResponsesAssembler()
+    if isinstance(shape, CompletionsShape):
+        return CompletionAssembler()
+    return ChatAssembler()
 
 
 def _stream(
@@ -301,6 +319,44 @@ class _ResponsesBase(_Delegating):
         return ResponsesShape(kwargs)
 
 
+class _LegacyBase(_Delegating):
+    """``completions`` (the legacy Completions API): which calls the cache answers."""
+
+    def cache_bypass_reason(self, **kwargs: Any) -> str | None:
+        """Why ``create(**kwargs, cache=...)`` would go to the wrapped client as it is (several
+        prompts or token ids, several choices, ``echo``, ``logprobs``, ``suffix``), or ``None``
+        when the cache answers it."""
+        return completions_bypass_reason(kwargs)
+
+    def _options(self, kwargs: dict[str, Any]) -> CacheOptions | None:
+        options = _pop_options(kwargs)
+        if options is None:
+            return None
+        reason = completions_bypass_reason(kwargs)
+        if reason is not None:
+            logger.debug("not cached: %s", reason)
+            return None
+        return options
+
+    def _options_with_info(self, kwargs: dict[str, Any]) -> CacheOptions:
+        options = _pop_options(kwargs)
+        if options is None:
+            raise _not_cacheable("create", "a cacheable request")
+        if _streams(kwargs):
+            raise _not_cacheable("create", "a non-streaming request")
+        reason = completions_bypass_reason(kwargs)
+        if reason is not None:
+            raise _not_cacheable("create", f"a request the cache can answer (here {reason})")
+        return options
+
+    @staticmethod
+    def _replay(kwargs: dict[str, Any]) -> Replay:
+        def replay(served: Any) -> list[Any]:
+            return list(completion_chunks(served, usage=include_usage(kwargs)))
+
+        return replay
+
+
 def _responses_bypass(kwargs: dict[str, Any], *, streams_cached: bool) -> bool:
     if _streams(kwargs) and not streams_cached:
         return True
@@ -404,6 +460,26 @@ class _Responses(_ResponsesBase):
         return _run(self._owner, send, kwargs, options, self._shape(kwargs))
 
 
+class _LegacyCompletions(_LegacyBase):
+    """``completions.create`` with an optional ``cache=CacheOptions(...)``."""
+
+    def create(self, **kwargs: Any) -> Any:
+        """``completions.create``; a hit is a real ``Completion`` (with ``stream=True``,
+        replayed as ``Completion`` chunks)."""
+        options = self._options(kwargs)
+        if options is None:
+            return self._wrapped.create(**kwargs)
+        create = self._wrapped.create
+        if _streams(kwargs):
+            return _stream(self._owner, create, kwargs, options, COMPLETIONS, self._replay(kwargs))
+        return _run(self._owner, create, kwargs, options, COMPLETIONS)[0]
+
+    def create_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
+        """Like ``create``, and also report how the answer was made."""
+        options = self._options_with_info(kwargs)
+        return _run(self._owner, self._wrapped.create, kwargs, options, COMPLETIONS)
+
+
 class CachedLLM(_Base):
     """``CachedLLM(OpenAI())``: the same calls and return types, answered from a semantic cache
     whenever a call carries ``cache=CacheOptions(...)``.
@@ -420,6 +496,10 @@ class CachedLLM(_Base):
     @cached_property
     def responses(self) -> _Responses:
         return _Responses(self, self._client.responses)
+
+    @cached_property
+    def completions(self) -> _LegacyCompletions:
+        return _LegacyCompletions(self, self._client.completions)
 
 
 # -- async --------------------------------------------------------------------------------------
@@ -519,6 +599,23 @@ class _AsyncResponses(_ResponsesBase):
         return await _run_async(self._owner, send, kwargs, options, self._shape(kwargs))
 
 
+class _AsyncLegacyCompletions(_LegacyBase):
+    async def create(self, **kwargs: Any) -> Any:
+        options = self._options(kwargs)
+        if options is None:
+            return await self._wrapped.create(**kwargs)
+        create = self._wrapped.create
+        if _streams(kwargs):
+            replay = self._replay(kwargs)
+            return await _stream_async(self._owner, create, kwargs, options, COMPLETIONS, replay)
+        completion, _ = await _run_async(self._owner, create, kwargs, options, COMPLETIONS)
+        return completion
+
+    async def create_with_info(self, **kwargs: Any) -> tuple[Any, CallInfo]:
+        options = self._options_with_info(kwargs)
+        return await _run_async(self._owner, self._wrapped.create, kwargs, options, COMPLETIONS)
+
+
 class AsyncCachedLLM(_Base):
     """The async twin of :class:`CachedLLM`, for ``AsyncOpenAI()``; same core, same tables."""
 
@@ -529,3 +626,7 @@ class AsyncCachedLLM(_Base):
     @cached_property
     def responses(self) -> _AsyncResponses:
         return _AsyncResponses(self, self._client.responses)
+
+    @cached_property
+    def completions(self) -> _AsyncLegacyCompletions:
+        return _AsyncLegacyCompletions(self, self._client.completions)

@@ -48,7 +48,8 @@ class CategoryPolicy(BaseModel):
     and storage but still validates, retries and records the call (dialogue categories in the
     thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``pool_evidence``,
     ``twin_rate``, ``variety``, ``verifier``, ``verify_band`` and ``verify_path``: see
-    :class:`CacheConfig`.
+    :class:`CacheConfig`. ``validator`` and ``fallback`` are the category's defaults for
+    :class:`~llmcache.CacheOptions`' own (a call's win).
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -64,6 +65,7 @@ class CategoryPolicy(BaseModel):
     threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
     modifier: Any = None
     validator: Any = None
+    fallback: str | None = None
     bypass: bool = False
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
     equivalence: Any = None  # an Equivalence; Any because Protocols are not pydantic types
@@ -184,6 +186,7 @@ class CacheConfig(BaseModel):
             ),
             modifier=options.modifier if options.modifier is not None else policy.modifier,
             validator=options.validator if options.validator is not None else policy.validator,
+            fallback=_first(options.fallback, policy.fallback),
             bypass=policy.bypass and options.mode is None,
             wrong_hit_budget=(
                 options.wrong_hit_budget
@@ -218,6 +221,8 @@ class ResolvedPolicy(BaseModel):
     modifier: Any
     validator: Any
     bypass: bool
+    # The answer text returned (never stored) when every attempt was invalid; None: raise.
+    fallback: str | None = None
     wrong_hit_budget: float | None = None
     equivalence: Any = None
     pool_evidence: bool = True

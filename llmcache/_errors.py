@@ -67,7 +67,8 @@ class InvalidResponseError(LLMCacheError):
 
     ``attempts`` counts every request sent; ``last_content`` is the last invalid answer and
     ``last_error`` the validator's reason for refusing it; ``usage``/``cost_usd`` what the
-    refused attempts cost.
+    refused attempts cost; ``last_response`` the last response received, as the endpoint's
+    SDK type (a ``ChatCompletion`` for chat), for a caller that wants to look at it.
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class InvalidResponseError(LLMCacheError):
         last_error: str,
         usage: Any = None,
         cost_usd: float = 0.0,
+        last_response: Any = None,
     ):
         super().__init__(message)
         self.attempts = attempts
@@ -87,3 +89,4 @@ class InvalidResponseError(LLMCacheError):
         # What the refused attempts spent (an llmcache Usage): spent all the same.
         self.usage = usage
         self.cost_usd = cost_usd
+        self.last_response = last_response

@@ -192,6 +192,8 @@ class TableStats(BaseModel):
     expired: int = 0  # entries evicted past their time to live (never served)
     attempts: int = 0
     escalations: int = 0
+    # Calls whose every attempt was invalid, answered with their fallback text (never stored).
+    fallbacks: int = 0
     similarity_mean: float | None = None  # raw cosine of the best candidate, over lookups
     similarity_std: float | None = None
     similarity_min: float | None = None
@@ -292,6 +294,7 @@ class TableStats(BaseModel):
             expired=int(c.get("expired", 0)),
             attempts=int(c.get("attempts", 0)),
             escalations=int(c.get("escalations", 0)),
+            fallbacks=int(c.get("fallbacks", 0)),
             similarity_mean=mean,
             similarity_std=std,
             similarity_min=c.get("min_sim") if n else None,
@@ -339,7 +342,7 @@ class CacheStats(BaseModel):
             for name in (
                 "lookups", "hits", "misses", "collects", "bypasses", "corrupt",
                 "store_failures", "record_failures", "evicted", "expired", "attempts",
-                "escalations", "tokens_spent",
+                "escalations", "fallbacks", "tokens_spent",
                 "tokens_avoided", "revise_tokens", "embed_tokens",
                 "verifications", "verified_yes", "verified_no", "verify_failed",
                 "verify_queued", "verify_dropped", "verify_tokens",
@@ -461,6 +464,7 @@ class Ledger:
         delta |= {
             "attempts": info.attempts,
             "escalations": int(info.escalated),
+            "fallbacks": int(info.fallback),
             "corrupt": info.corrupt_dropped,
             "store_failures": int(info.store_failed),
             "record_failures": int(info.record_failed),

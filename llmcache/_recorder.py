@@ -93,6 +93,9 @@ class RecordedCall(BaseModel):
             cost_usd=info.cost_usd,
             avoided_usd=info.avoided_usd,
             latency_s=info.latency_s,
+            # A fallback's text is the caller's, not an answer of the LLM: not a valid one.
+            valid=not info.fallback,
+            error="no valid answer: the fallback answered" if info.fallback else None,
         )
 
     @classmethod

@@ -9,6 +9,15 @@ its response, one object per endpoint, so that every endpoint shares one call co
 - ``responses.create`` / ``responses.parse``: the prompt is ``instructions`` plus ``input`` (a
   text or a list of items); the answer is the ``output_text`` of the response's message. A hit is
   a real ``Response`` (``ParsedResponse`` through the SDK's ``parse_response`` for ``parse``).
+- ``completions.create`` (the legacy Completions API): the prompt is one ``prompt`` text, seen
+  by the core as one user message; the answer is the first choice's ``text``. A hit is a real
+  ``Completion``. Prompts the cache cannot answer from one stored text (several prompts, token
+  ids, ``echo``, ``logprobs``, ``suffix``, several choices) are sent as they are: see
+  :func:`completions_bypass_reason`.
+
+Every shape also builds the *fallback* answer (``fallback``): the endpoint's own response type
+carrying a caller's fallback text, made from the last (invalid) response received where that
+one will do, so its id, model and usage are the ones that were paid for.
 
 Every reader here is defensive: the openai SDK builds responses without validating them, so a
 malformed server answer arrives with any shape inside. Requests that depend on state only the
@@ -30,20 +39,25 @@ from openai.lib._parsing import (
     validate_input_tools,
 )
 from openai.lib._parsing._responses import parse_response, type_to_text_format_param
+from openai.types import Completion
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._errors import ConfigurationError
+from ._filing import messages_text
 from ._tokens import count_message_tokens, count_tokens
 from ._types import CacheEntry, Usage
 from ._validation import CheckFn
 
 __all__ = [
     "CHAT",
+    "COMPLETIONS",
+    "CompletionsShape",
     "ParsedChatShape",
     "ResponsesShape",
     "Shape",
+    "completions_bypass_reason",
     "given",
     "responses_bypass_reason",
 ]
@@ -162,6 +176,59 @@ def _messages(kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
         raise ConfigurationError("messages must be a list of message mappings") from exc
 
 
+def _dumped(response: Any) -> dict[str, Any]:
+    """What a response (perhaps a malformed one) holds, as JSON; ``{}`` when it will not dump."""
+    if not isinstance(response, BaseModel):
+        return {}
+    try:
+        data = response.model_dump(mode="json", warnings=False)
+    except Exception:  # a malformed server answer: built from scratch instead
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _kept(data: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: data[name] for name in names if data.get(name) is not None}
+
+
+def _first_valid(model: type[BaseModel], bodies: list[dict[str, Any]]) -> Any:
+    """The first of ``bodies`` that validates as ``model`` (the last is built to)."""
+    for body in bodies[:-1]:
+        try:
+            return model.model_validate(body)
+        except ValidationError:
+            continue
+    return model.model_validate(bodies[-1])
+
+
+def _chat_fallback(last: Any, text: str, model: str) -> Any:
+    data = _dumped(last)
+    fresh = {
+        "id": f"chatcmpl-llmcache-{uuid.uuid4().hex[:24]}",
+        "created": int(time.time()),
+        "model": model,
+        "object": "chat.completion",
+    }
+    answer = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": text},
+            }
+        ]
+    }
+    paid = ("id", "created", "model", "usage", "system_fingerprint", "service_tier")
+    return _first_valid(
+        ChatCompletion,
+        [
+            {**fresh, **_kept(data, paid), **answer},
+            {**fresh, **_kept(data, ("id", "created", "model")), **answer},
+            {**fresh, **answer},
+        ],
+    )
+
+
 class Shape:
     """What the core needs to know about one endpoint: how its request names the prompt and the
     table, and how its response carries the answer, its usage, and is stored and rebuilt.
@@ -223,6 +290,12 @@ class Shape:
         """The request that sends a modifier's prompt instead of the query's."""
         return {**request, "messages": messages}
 
+    def fallback(self, last: Any, text: str, model: str) -> Any:
+        """The endpoint's response carrying ``text``, a caller's fallback answer: built from
+        ``last``, the last (invalid) response received, keeping its id, model and usage where
+        they validate, else from scratch for ``model``."""
+        return _chat_fallback(last, text, model)
+
 
 #: ``chat.completions.create``.
 CHAT = Shape()
@@ -278,12 +351,25 @@ class ParsedChatShape(Shape):
         return validate
 
     def rebuild(self, entry: CacheEntry, content: str | None, usage: Usage) -> Any:
-        completion = super().rebuild(entry, content, usage)
+        return self._parsed(super().rebuild(entry, content, usage))
+
+    def _parsed(self, completion: ChatCompletion, *, typed: bool = True) -> Any:
         return parse_chat_completion(
-            response_format=self.response_format if given(self.response_format) else _OMIT,
+            response_format=(
+                self.response_format if typed and given(self.response_format) else _OMIT
+            ),
             input_tools=validate_input_tools(self.tools if given(self.tools) else _OMIT),
             chat_completion=completion,
         )
+
+    def fallback(self, last: Any, text: str, model: str) -> Any:
+        completion = super().fallback(last, text, model)
+        try:
+            return self._parsed(completion)
+        except Exception:
+            # A fallback text need not fit the response_format (it may be a sentinel the
+            # caller tests for): still a ParsedChatCompletion, its ``parsed`` None.
+            return self._parsed(completion, typed=False)
 
 
 # -- the Responses API -------------------------------------------------------------------------
@@ -490,6 +576,54 @@ class ResponsesShape(Shape):
         kept = {k: v for k, v in request.items() if k != "instructions"}
         return {**kept, "input": messages}
 
+    def fallback(self, last: Any, text: str, model: str) -> Any:
+        data = _dumped(last)
+        fresh: dict[str, Any] = {
+            "id": f"resp_llmcache_{uuid.uuid4().hex[:24]}",
+            "object": "response",
+            "created_at": float(int(time.time())),
+            "model": model,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+        answer = {
+            "status": "completed",
+            "output": [
+                {
+                    "type": "message",
+                    "id": f"msg_llmcache_{uuid.uuid4().hex[:24]}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+        }
+        # Whatever else the server said (its settings, echoed back) is kept; not its errors.
+        said = {
+            k: v
+            for k, v in data.items()
+            if v is not None and k not in ("output", "error", "incomplete_details")
+        }
+        response = _first_valid(
+            Response,
+            [
+                {**fresh, **said, **answer},
+                {**fresh, **_kept(data, ("id", "created_at", "model", "usage")), **answer},
+                {**fresh, **answer},
+            ],
+        )
+        if not given(self.text_format):
+            return response
+        tools = _responses_tools(self.tools)
+        try:
+            return parse_response(
+                text_format=self.text_format, input_tools=tools, response=response
+            )
+        except Exception:
+            # A fallback text that does not fit text_format: a ParsedResponse all the same.
+            return parse_response(text_format=_OMIT, input_tools=tools, response=response)
+
 
 def _responses_tools(tools: Any) -> Any:
     """The tools as ``responses.parse`` hands them to ``parse_response``."""
@@ -500,3 +634,137 @@ def _responses_tools(tools: Any) -> Any:
     except ImportError:  # an SDK that keeps the helper elsewhere: strict tools go unparsed
         return list(tools)
     return _make_tools(tools)
+
+
+# -- the legacy Completions API -----------------------------------------------------------------
+
+
+def _set(value: Any) -> bool:
+    """Whether a parameter asks for something: given, and not ``False``/``0``."""
+    return given(value) and value is not False
+
+
+def completions_bypass_reason(kwargs: Mapping[str, Any]) -> str | None:
+    """Why a legacy ``completions`` request cannot be answered from a cache, or ``None`` when
+    it can: one stored answer is one text for one text prompt."""
+    prompt = kwargs.get("prompt")
+    if not isinstance(prompt, str):
+        return (
+            "prompt is not one text (a list of prompts, or token ids): the cache answers one "
+            "text prompt with one stored text"
+        )
+    n = kwargs.get("n")
+    if given(n) and n != 1:
+        return "n > 1: several choices cannot be answered from one stored answer"
+    best_of = kwargs.get("best_of")
+    if given(best_of) and best_of != 1:
+        return "best_of > 1 picks among answers generated at call time"
+    if _set(kwargs.get("echo")):
+        return "echo puts the prompt in the answer: a stored answer holds another prompt's"
+    if given(kwargs.get("logprobs")):
+        return "logprobs asks for the probabilities of tokens the cache did not generate"
+    if given(kwargs.get("suffix")):
+        return "suffix asks for a text inserted before it, which the cache does not key or embed"
+    return None
+
+
+def _completion_choice(completion: Any) -> Any:
+    choices = getattr(completion, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return None
+    return choices[0]
+
+
+class CompletionsShape(Shape):
+    """``completions.create`` (the legacy Completions API), for a request that
+    :func:`completions_bypass_reason` lets through: one text prompt, one answer."""
+
+    name = "completions"
+
+    def key_params(self, kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+        # The prompt is embedded, not keyed (as chat's messages are).
+        return {k: v for k, v in kwargs.items() if k != "prompt"}
+
+    def messages(self, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        prompt = kwargs.get("prompt")
+        if not isinstance(prompt, str):
+            raise ConfigurationError("a cached completions request needs one text prompt")
+        # One user message: what full mode embeds, what is counted and recorded.
+        return [{"role": "user", "content": prompt}]
+
+    def content(self, response: Any) -> str | None:
+        text = getattr(_completion_choice(response), "text", None)
+        return text if isinstance(text, str) else None
+
+    def has_tool_calls(self, response: Any) -> bool:
+        return False
+
+    def usage(self, response: Any, messages: Any) -> Usage:
+        u = getattr(response, "usage", None)
+        prompt = _count(getattr(u, "prompt_tokens", None))
+        completed = _count(getattr(u, "completion_tokens", None))
+        if prompt is not None and completed is not None and (prompt or completed):
+            return Usage(prompt_tokens=prompt, completion_tokens=completed)
+        prompt, source = count_message_tokens(messages)
+        completion_tokens, _ = count_tokens(self.content(response) or "")
+        return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, source=source)
+
+    def dump(self, response: Any) -> dict[str, Any]:
+        data: dict[str, Any] = response.model_dump(mode="json", warnings=False)
+        return data
+
+    def rebuild(self, entry: CacheEntry, content: str | None, usage: Usage) -> Any:
+        data = dict(entry.completion)
+        data["id"] = f"cmpl-llmcache-{uuid.uuid4().hex[:24]}"
+        data["created"] = int(time.time())
+        choices = data.get("choices") or [{"index": 0, "finish_reason": "stop", "text": ""}]
+        first = dict(choices[0])
+        if content is not None:
+            first["text"] = content
+        data["choices"] = [first]
+        data["usage"] = {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        }
+        return Completion.model_validate(data)
+
+    def is_tool_call_entry(self, entry: CacheEntry) -> bool:
+        return False
+
+    def answer_problem(self, entry: CacheEntry) -> str | None:
+        try:
+            self.rebuild(entry, entry.content, Usage())
+        except (ValidationError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return f"its stored completion is no longer a valid Completion ({reason})"
+        return None
+
+    def revision_request(
+        self, request: Mapping[str, Any], messages: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        # A completion model reads one text: the modifier's messages, written out in turn.
+        return {**request, "prompt": messages_text(messages)}
+
+    def fallback(self, last: Any, text: str, model: str) -> Any:
+        data = _dumped(last)
+        fresh = {
+            "id": f"cmpl-llmcache-{uuid.uuid4().hex[:24]}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+        answer = {"choices": [{"index": 0, "finish_reason": "stop", "text": text}]}
+        paid = ("id", "created", "model", "usage", "system_fingerprint")
+        return _first_valid(
+            Completion,
+            [
+                {**fresh, **_kept(data, paid), **answer},
+                {**fresh, **_kept(data, ("id", "created", "model")), **answer},
+                {**fresh, **answer},
+            ],
+        )
+
+
+#: ``completions.create``.
+COMPLETIONS = CompletionsShape()

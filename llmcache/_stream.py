@@ -12,6 +12,9 @@
   stored from its ``response.completed`` event (the whole response, as the server made it); a
   hit is replayed as ``response.created`` … ``response.output_text.delta`` (a few) …
   ``response.completed``.
+- ``completions.create(stream=True)`` (the legacy Completions API) streams ``Completion``
+  chunks: a miss is assembled from their texts (whole when the server said it stopped), a hit
+  replayed as a few text chunks, the finish reason, and a usage chunk when asked for.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
@@ -34,10 +38,12 @@ __all__ = [
     "AsyncReplayStream",
     "AsyncTeeStream",
     "ChatAssembler",
+    "CompletionAssembler",
     "ReplayStream",
     "ResponsesAssembler",
     "TeeStream",
     "chat_chunks",
+    "completion_chunks",
     "include_usage",
     "response_events",
 ]
@@ -106,6 +112,36 @@ def chat_chunks(completion: ChatCompletion, *, usage: bool) -> list[ChatCompleti
             )
         )
     return chunks
+
+
+def completion_chunks(completion: Completion, *, usage: bool) -> list[Completion]:
+    """The chunks a server would have streamed for a legacy ``completion`` (its first choice):
+    the text in pieces, the finish reason, and a usage chunk (no choices) when asked for."""
+    base: dict[str, Any] = {
+        "id": completion.id,
+        "object": "text_completion",
+        "created": completion.created,
+        "model": completion.model,
+        "system_fingerprint": completion.system_fingerprint,
+    }
+
+    def chunk(text: str, finish_reason: str | None = None) -> Completion:
+        choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+        return Completion.model_construct(**{**base, "choices": [_streamed_choice(choice)]})
+
+    choice = completion.choices[0]
+    chunks = [chunk(piece) for piece in _pieces(choice.text or "", REPLAY_PIECES)]
+    chunks.append(chunk("", choice.finish_reason))
+    if usage and completion.usage is not None:
+        chunks.append(Completion.model_validate({**base, "choices": [], "usage": completion.usage}))
+    return chunks
+
+
+def _streamed_choice(data: dict[str, Any]) -> Any:
+    # A streamed choice has no finish reason until the last chunk, which the SDK's
+    # CompletionChoice (a whole answer's) requires: built as the SDK builds a server's chunk,
+    # without validation.
+    return CompletionChoice.model_construct(**data)
 
 
 _EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -215,6 +251,71 @@ class ChatAssembler:
             return self._state.get_final_completion(), True
         except Exception:  # cut off by length or by the content filter: not a whole answer
             return snapshot, False
+
+
+class CompletionAssembler:
+    """Adds legacy ``Completion`` chunks up to the completion they make: the first choice's
+    text, its finish reason, and the usage of a final usage chunk."""
+
+    def __init__(self) -> None:
+        self._first: Any = None
+        self._texts: list[str] = []
+        self._finish: Any = None
+        self._usage: Any = None
+        self._broken = False
+
+    def add(self, chunk: Any) -> None:
+        if self._first is None:
+            self._first = chunk
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self._usage = usage
+        choices = getattr(chunk, "choices", None)
+        if not isinstance(choices, list):
+            self._broken = True
+            return
+        for choice in choices:
+            if getattr(choice, "index", 0) != 0:
+                self._broken = True  # several choices: not one answer to store
+                continue
+            text = getattr(choice, "text", None)
+            if isinstance(text, str):
+                self._texts.append(text)
+            finish = getattr(choice, "finish_reason", None)
+            if finish is not None:
+                self._finish = finish
+
+    def result(self) -> tuple[Any, bool]:
+        if self._first is None:
+            return None, False
+        data: dict[str, Any] = {
+            "id": getattr(self._first, "id", ""),
+            "object": "text_completion",
+            "created": getattr(self._first, "created", 0),
+            "model": getattr(self._first, "model", ""),
+            "system_fingerprint": getattr(self._first, "system_fingerprint", None),
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "".join(self._texts),
+                    "finish_reason": self._finish or "length",
+                    "logprobs": None,
+                }
+            ],
+        }
+        if self._usage is not None:
+            data["usage"] = (
+                self._usage.model_dump(mode="json")
+                if hasattr(self._usage, "model_dump")
+                else self._usage
+            )
+        try:
+            response = Completion.model_validate(data)
+        except Exception:  # a chunk the SDK would not read: passed on, not stored
+            logger.warning("could not assemble streamed completion chunks; not storing")
+            return None, False
+        # Only an answer the server said it finished is whole (not one cut off by length).
+        return response, self._finish == "stop" and not self._broken
 
 
 class _Watch:

@@ -445,6 +445,10 @@ class CallInfo(BaseModel):
     call went on as a miss) and ``verify_queued`` that the near miss waits for a verification
     off the request path. ``verify_tokens``/``verify_usd`` are what asking cost on the request
     path (inside ``usage``/``cost_usd``).
+
+    ``fallback`` says every attempt was invalid and the answer returned is the options' (or the
+    category's) ``fallback`` text, never stored; ``attempts``, ``usage`` and ``cost_usd`` still
+    count every refused attempt.
     """
 
     outcome: Outcome
@@ -486,4 +490,5 @@ class CallInfo(BaseModel):
     verify_queued: bool = False
     verify_tokens: int = 0
     verify_usd: float = 0.0
+    fallback: bool = False
     latency_s: float = 0.0

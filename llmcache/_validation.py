@@ -1,4 +1,12 @@
-"""Validators: a callable that raises ``ValueError``, or a pydantic model class."""
+"""Validators: a callable that raises (or returns ``False``), or a pydantic model class.
+
+A validator written for an existing code base rarely raises only ``ValueError``: parse
+functions index into the answer and fail with ``KeyError``, ``IndexError``, ``TypeError`` or
+``AttributeError``. Any ``Exception`` a validator raises therefore marks the answer invalid (it
+is resubmitted like any invalid answer): one escaping raw would lose an answer already paid
+for. A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
+``SystemExit``) is no opinion on the answer and passes through.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ def _accept(content: str) -> None:
 
 
 def as_validator(validator: Any) -> CheckFn:
-    """Normalise what a caller gave into ``check(content) -> None | raise ValueError``."""
+    """Normalise what a caller gave into ``check(content) -> None | raise``."""
     if validator is None:
         return _accept
     if isinstance(validator, type) and issubclass(validator, BaseModel):
@@ -50,5 +58,10 @@ def check(validate: CheckFn, content: str | None) -> str | None:
     try:
         validate(content)
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
-        return str(exc)[:500]
+        return str(exc)[:500] or type(exc).__name__
+    except Exception as exc:
+        # The validator's own failure on this answer (a parse function's KeyError, say): the
+        # answer is invalid, named by the exception's type since its text may say little
+        # (a KeyError's is only the missing key).
+        return f"{type(exc).__name__}: {exc}"[:500]
     return None

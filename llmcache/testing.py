@@ -2,9 +2,11 @@
 
 :class:`FakeOpenAI` and :class:`AsyncFakeOpenAI` stand in for ``openai.OpenAI`` /
 ``openai.AsyncOpenAI`` on ``chat.completions.create`` (also ``stream=True``),
-``chat.completions.parse`` and ``responses.create`` / ``responses.parse``: they record every
+``chat.completions.parse``, ``responses.create`` / ``responses.parse`` and the legacy
+``completions.create`` (also ``stream=True``): they record every
 request's keyword arguments verbatim and answer with text from a responder you supply, as the
-SDK's real types (``ChatCompletion``, a stream of ``ChatCompletionChunk``, ``Response``, and
+SDK's real types (``ChatCompletion``, a stream of ``ChatCompletionChunk``, ``Response``,
+``Completion`` and a stream of ``Completion`` chunks, and
 the ``ParsedChatCompletion`` / ``ParsedResponse`` the SDK's own helpers parse them into, as the
 real client does). :class:`HashEmbedder` is a deterministic embedder, and
 :class:`ScriptedVerifier` a :class:`~llmcache.verification.Verifier` whose verdicts you write. None
@@ -40,6 +42,7 @@ from typing import Any
 from openai import omit
 from openai.lib._parsing import parse_chat_completion, validate_input_tools
 from openai.lib._parsing._responses import parse_response
+from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
@@ -60,14 +63,21 @@ __all__ = [
 
 #: Answers a request: with the text of the answer, with a whole response body (a mapping,
 #: missing top-level fields filled in), or with a ready ChatCompletion (chat) or Response
-#: (responses). A Responses request carries ``input`` where a chat request has ``messages``.
-Responder = Callable[[dict[str, Any]], str | Mapping[str, Any] | ChatCompletion | Response]
+#: (responses) or Completion (legacy completions). A Responses request carries ``input`` where
+#: a chat request has ``messages``, a legacy completions request a ``prompt``.
+Responder = Callable[
+    [dict[str, Any]], str | Mapping[str, Any] | ChatCompletion | Response | Completion
+]
 
 
 def _turns(request: dict[str, Any]) -> list[Any]:
-    """The request's messages: chat ``messages``, or Responses ``instructions`` + ``input``."""
+    """The request's messages: chat ``messages``, Responses ``instructions`` + ``input``, or a
+    legacy ``prompt`` as one user message."""
     if "messages" in request:
         return list(request.get("messages") or [])
+    if "prompt" in request:
+        prompt = request.get("prompt")
+        return [{"role": "user", "content": prompt if isinstance(prompt, str) else str(prompt)}]
     turns: list[Any] = []
     if isinstance(request.get("instructions"), str):
         turns.append({"role": "system", "content": request["instructions"]})
@@ -278,6 +288,31 @@ def _response_events(response: Response) -> list[Any]:
     return events
 
 
+def _completion_chunks(completion: Completion, include_usage: bool) -> list[Completion]:
+    """The chunks a server streams for a legacy ``completion``: its text word by word, the
+    finish reason on the last, and (when asked) a usage chunk with no choices."""
+    base: dict[str, Any] = {
+        "id": completion.id,
+        "object": "text_completion",
+        "created": completion.created,
+        "model": completion.model,
+    }
+
+    def chunk(text: str, finish: str | None = None) -> Completion:
+        # As the SDK builds a server's chunk: without validation (a finish reason is null
+        # until the last chunk, which CompletionChoice does not allow).
+        fields: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish}
+        choice = CompletionChoice.model_construct(**fields, logprobs=None)
+        return Completion.model_construct(**base, choices=[choice])
+
+    first = completion.choices[0]
+    chunks = [chunk(w) for w in re.findall(r"\s*\S+\s*", first.text or "")]
+    chunks.append(chunk("", first.finish_reason))
+    if include_usage and completion.usage is not None:
+        chunks.append(Completion.model_validate({**base, "choices": [], "usage": completion.usage}))
+    return chunks
+
+
 def _wants_usage(kwargs: Mapping[str, Any]) -> bool:
     options = kwargs.get("stream_options")
     return isinstance(options, Mapping) and bool(options.get("include_usage"))
@@ -335,6 +370,28 @@ class _AsyncFakeResponses:
 
     async def parse(self, **kwargs: Any) -> Any:
         return self._owner.parse_response(kwargs)
+
+
+class _FakeLegacyCompletions:
+    def __init__(self, owner: _FakeCore) -> None:
+        self._owner = owner
+
+    def create(self, **kwargs: Any) -> Any:
+        if kwargs.get("stream") is True:
+            chunks = _completion_chunks(self._owner.complete(kwargs), _wants_usage(kwargs))
+            return FakeStream(chunks, self._owner.break_streams_after)
+        return self._owner.complete(kwargs)
+
+
+class _AsyncFakeLegacyCompletions:
+    def __init__(self, owner: _FakeCore) -> None:
+        self._owner = owner
+
+    async def create(self, **kwargs: Any) -> Any:
+        if kwargs.get("stream") is True:
+            chunks = _completion_chunks(self._owner.complete(kwargs), _wants_usage(kwargs))
+            return AsyncFakeStream(chunks, self._owner.break_streams_after)
+        return self._owner.complete(kwargs)
 
 
 class _Chat:
@@ -465,6 +522,38 @@ class _FakeCore:
             return built
         return Response.model_validate(data)
 
+    def complete(self, kwargs: dict[str, Any]) -> Completion:
+        """Legacy ``completions.create``: the answer as the text of one choice."""
+        n, answer = self._take(kwargs)
+        if isinstance(answer, Completion):
+            return answer
+        if isinstance(answer, (ChatCompletion, Response)):
+            raise TypeError(f"a {type(answer).__name__} does not answer legacy completions")
+        data: dict[str, Any] = {
+            "id": f"cmpl-fake-{n}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": str(kwargs.get("model", "fake-model")),
+        }
+        if isinstance(answer, Mapping):
+            data.update(answer)
+            text = str(answer)
+        else:
+            data["choices"] = [{"index": 0, "finish_reason": "stop", "text": answer}]
+            text = answer
+        if self.report_usage and "usage" not in data:
+            prompt = _prompt_chars(kwargs) // 4 + 1
+            completion = len(text) // 4 + 1
+            data["usage"] = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+        if isinstance(answer, Mapping):
+            built: Completion = Completion.construct(**data)
+            return built
+        return Completion.model_validate(data)
+
     def parse_response(self, kwargs: dict[str, Any]) -> Any:
         """``responses.parse``: the answer, parsed into ``text_format`` by the SDK's helper."""
         return parse_response(
@@ -476,8 +565,8 @@ class _FakeCore:
 
 class FakeOpenAI(_FakeCore):
     """A fake ``openai.OpenAI``: ``chat.completions.create(**kwargs)`` (and ``parse``,
-    ``responses.create``, ``responses.parse``) answers with ``responder(kwargs)`` and appends
-    ``kwargs`` to ``calls`` exactly as received.
+    ``responses.create``, ``responses.parse``, the legacy ``completions.create``) answers
+    with ``responder(kwargs)`` and appends ``kwargs`` to ``calls`` exactly as received.
 
     ``report_usage=False`` mimics a server that returns no token usage;
     ``break_streams_after=k`` one whose streams break off after ``k`` chunks.
@@ -495,6 +584,7 @@ class FakeOpenAI(_FakeCore):
         )
         self.chat = _Chat(_FakeCompletions(self))
         self.responses = _FakeResponses(self)
+        self.completions = _FakeLegacyCompletions(self)
 
 
 class AsyncFakeOpenAI(_FakeCore):
@@ -512,3 +602,4 @@ class AsyncFakeOpenAI(_FakeCore):
         )
         self.chat = _Chat(_AsyncFakeCompletions(self))
         self.responses = _AsyncFakeResponses(self)
+        self.completions = _AsyncFakeLegacyCompletions(self)
