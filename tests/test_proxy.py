@@ -189,23 +189,40 @@ def test_responses_whole_and_streamed_miss_then_hit(tmp_path: Path) -> None:
         assert len(fake.calls("/responses")) == 2
 
 
-def test_legacy_completions_pass_through_uncached(tmp_path: Path) -> None:
+def test_legacy_completions_are_cached_like_chat(tmp_path: Path) -> None:
     with proxied(tmp_path) as (http, fake):
         client = sdk(http)
+        seen = []
         for _ in range(2):
             raw = client.completions.with_raw_response.create(
                 model="gpt-3.5-turbo-instruct", prompt="Say hi", extra_body={"cache": CACHE}
             )
-            assert outcome(raw.headers) == "bypass"
-            assert "legacy completions" in raw.headers["x-llmcache-reason"]
+            seen.append(outcome(raw.headers))
             assert raw.parse().choices[0].text == "answer to: Say hi"
-        text = "".join(
-            c.choices[0].text
-            for c in client.completions.create(model="m", prompt="Say hi there", stream=True)
+        assert seen == ["miss", "hit"]
+        assert len(fake.calls("/completions")) == 1
+        # Without options: passed through, as chat is.
+        plain = client.completions.with_raw_response.create(model="m", prompt="Say hi")
+        assert outcome(plain.headers) == "pass"
+        # Several prompts cannot be one stored answer: sent as they are, the reason said.
+        several = client.completions.with_raw_response.create(
+            model="m", prompt=["Say hi", "Say bye"], extra_body={"cache": CACHE}
         )
-        assert text == "answer to: Say hi there".replace(" ", "")  # the fake streams words
+        assert outcome(several.headers) == "bypass"
+        assert "prompt is not one text" in several.headers["x-llmcache-reason"]
+        # Streams: a miss passed through and stored, then the hit replayed as chunks.
+        streamed = {**CACHE, "keywords": ["say hi there"]}
+        texts, outcomes = [], []
+        for _ in range(2):
+            with client.completions.with_streaming_response.create(
+                model="m", prompt="Say hi there", stream=True, extra_body={"cache": streamed}
+            ) as raw_stream:
+                outcomes.append(outcome(raw_stream.headers))
+                texts.append("".join(c.choices[0].text for c in raw_stream.parse() if c.choices))
+        assert outcomes == ["miss", "hit"]
+        assert texts == ["answer to: Say hi there".replace(" ", "")] * 2  # the fake streams words
         sent = fake.calls("/completions")
-        assert len(sent) == 3 and all("cache" not in r.body for r in sent)
+        assert len(sent) == 4 and all("cache" not in r.body for r in sent)
 
 
 def test_models_are_the_upstreams(tmp_path: Path) -> None:

@@ -269,18 +269,20 @@ class _Proxy:
         return _json(dump(response), _outcome_headers(info.outcome, info)), info.outcome
 
     async def completions(self, request: Request) -> tuple[Response, str]:
-        # Legacy completions are not cached by this llmcache: they pass through, options or
-        # not (a request that asked for caching is told so in its headers).
+        # The legacy Completions API, cached like chat (its chunks are written as chat's are).
         kwargs, options = await self._prepare(request, COMPLETIONS)
-        outcome, reason = "pass", None
-        if options is not None:
-            outcome, reason = "bypass", "this llmcache does not cache legacy completions"
         resource = self.client.completions
-        headers = _outcome_headers(outcome, reason=reason)
         if kwargs.get("stream") is True:
-            stream = await resource.create(**kwargs)
-            return _events(chat_events(stream), headers), outcome
-        return _json(dump(await resource.create(**kwargs)), headers), outcome
+            return await self._stream(resource, kwargs, options, chat_events)
+        if options is None:
+            return _json(dump(await resource.create(**kwargs)), _outcome_headers("pass")), "pass"
+        reason = resource.cache_bypass_reason(**kwargs)
+        if reason is not None:
+            answer = await resource.create(**kwargs)
+            return _json(dump(answer), _outcome_headers("bypass", reason=reason)), "bypass"
+        completion, info = await resource.create_with_info(**kwargs, cache=options)
+        body = dump_chat_hit(completion) if info.outcome == "hit" else dump(completion)
+        return _json(body, _outcome_headers(info.outcome, info)), info.outcome
 
     async def _stream(
         self,
