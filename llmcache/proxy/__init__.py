@@ -2,7 +2,7 @@
 
 ``python -m llmcache proxy --upstream openai --key $PROXY_KEY`` (extra ``[proxy]``) serves
 ``POST /v1/chat/completions`` (also ``stream: true``), ``POST /v1/responses``,
-``POST /v1/completions`` (passed through: not cached by this version), ``GET /v1/models``
+``POST /v1/completions`` (the legacy API, cached like chat), ``GET /v1/models``
 (the upstream's), ``GET /health`` and ``GET /metrics`` (Prometheus's text format). A client
 changes nothing but its base URL and key; a request says how it is cached in a ``cache``
 object of its body (the SDK's ``extra_body``) or in ``X-LLMCache-*`` headers::
