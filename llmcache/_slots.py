@@ -54,6 +54,8 @@ _LEN = "max_slot_len:"
 _POS = "min_slot_pos:"
 _EXACT = "max_slot_exact:"
 
+_TRAILING = ".!?;:,"
+
 # How often a process re-reads the profiles other processes may have moved (seconds).
 _REFRESH_S = 30.0
 
@@ -156,11 +158,14 @@ def choose(
 
 
 def slot_text(slots: Mapping[str, str], chosen: Sequence[str]) -> str | None:
-    """The embedding text of ``chosen`` slots: their values, stripped, joined by single spaces;
+    """The embedding text of ``chosen`` slots: their values joined by single spaces, each
+    stripped of surrounding space and of a trailing full stop or the like (alone, a short
+    value is all the text there is: MiniLM puts "sleeping." and "sleeping" at cosine 0.87);
     ``None`` when a chosen slot is missing from ``slots``."""
     if any(name not in slots for name in chosen):
         return None
-    return " ".join(v for v in (slots[name].strip() for name in chosen) if v)
+    values = (slots[name].strip().rstrip(_TRAILING).rstrip() for name in chosen)
+    return " ".join(v for v in values if v)
 
 
 def embedded_from_counters(counters: Mapping[str, float]) -> tuple[str, ...] | None:

@@ -284,3 +284,136 @@ def test_the_slot_profile_survives_reopening(reopen: Callable[[], Any]) -> None:
     assert hit.outcome == "hit" and answer == "answer 1"
     assert {t.embedded_slots for t in again.stats().tables} == {("3",)}
     again.close()
+
+
+# -- the real default embedder --------------------------------------------------------------------
+
+KLAUS = (
+    "Name: Klaus Mueller\nAge: 20\nInnate traits: kind, inquisitive, passionate\nLearned traits: "
+    "Klaus Mueller is a student at Oak Hill College studying sociology. He is passionate about "
+    "social justice and loves to explore different perspectives.\nCurrently: Klaus Mueller is "
+    "writing a research paper on the effects of gentrification in low-income communities.\n"
+    "Lifestyle: Klaus Mueller goes to bed around 11pm, awakes up around 7am, eats dinner around "
+    "5pm.\nDaily plan requirement: Klaus Mueller goes to the library at Oak Hill College early "
+    "in the morning, spends his days writing, and eats at Hobbs Cafe."
+)
+PLAN = (
+    "wake up at 7:00 am, go to the library at 8:00 am, read articles and take notes until "
+    "12:00 pm, eat lunch at Hobbs Cafe at 12:00 pm, write his paper from 1:00 pm to 4:00 pm, "
+    "talk with Maria Lopez from 4:00 pm to 5:00 pm, eat dinner at 5:00 pm, revise his paper "
+    "from 6:00 pm to 9:00 pm, read a novel until 11:00 pm, go to bed at 11:00 pm"
+)
+
+# (template, base fill, same fill, other fill), filled as Park et al.'s code fills them.
+PARK_LIKE = [
+    (
+        PromptTemplate(
+            name="poignancy",
+            text="Here is a brief description of {n1}.\n{iss}\nOn the scale of 1 to 10, rate "
+            "the poignancy of the following event for {n2}.\nEvent: {event}\nRate:",
+        ),
+        {"event": "Klaus Mueller is reading a book in the library"},
+        {"event": "Klaus Mueller is reading a book in the library."},
+        {"event": "Klaus Mueller is told that his grandmother passed away"},
+    ),
+    (
+        PromptTemplate(
+            name="react",
+            text="{iss}\nPlan: {plan}\n{n1} is {action}. {n2} sees: {seen}\nShould {n1} react?",
+        ),
+        {"action": "writing his paper", "seen": "Maria Lopez is sitting down at the next table"},
+        {"action": "writing his paper", "seen": "Maria Lopez is sitting at the next table"},
+        {"action": "writing his paper", "seen": "a fire alarm is ringing in the library"},
+    ),
+    (
+        PromptTemplate(
+            name="next_action", text="{iss}\n{plan}\nWhat is {n1} doing at {time}? {n2} is"
+        ),
+        {"time": "February 13, 2023, 09:00 AM"},
+        {"time": "February 13, 2023, 09:00 AM"},
+        {"time": "February 13, 2023, 10:00 PM"},
+    ),
+    (
+        PromptTemplate(
+            name="object",
+            text="{iss}\n{n1} is {action}. Objects: {objects}. Which object does {n2} use?",
+        ),
+        {"action": "brewing a cup of tea", "objects": "desk, bed, kettle, bookshelf"},
+        {"action": "brewing a cup of tea.", "objects": "desk, bed, kettle, bookshelf"},
+        {"action": "going to sleep for the night", "objects": "desk, bed, kettle, bookshelf"},
+    ),
+    (
+        PromptTemplate(
+            name="triple", text="{n1} is {action}.\n(subject, predicate, object) for {n2}:"
+        ),
+        {"action": "eating lunch at Hobbs Cafe"},
+        {"action": "eating lunch at the Hobbs Cafe"},
+        {"action": "arguing with Maria Lopez about rent"},
+    ),
+    (
+        PromptTemplate(
+            name="decomp",
+            text="{iss}\nSchedule: {plan}\nList the subtasks of {n1} {task} from {span}. {n2}:",
+        ),
+        {"task": "writing the methods section", "span": "01:00 PM - 04:00 PM"},
+        {"task": "writing the methods section", "span": "01:00 PM - 04:00 PM"},
+        {"task": "writing the methods section", "span": "06:00 PM - 09:00 PM"},
+    ),
+]
+
+
+def _park_fill(template: PromptTemplate, deciding: dict[str, str]) -> dict[str, Any]:
+    common = {"n1": "Klaus Mueller", "n2": "Klaus Mueller", "iss": KLAUS, "plan": PLAN}
+    values = {k: v for k, v in {**common, **deciding}.items() if k in template.slots}
+    return template.fill(**values).request(agent="Klaus Mueller")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", PARK_LIKE, ids=lambda c: c[0].name)
+def test_real_embedder_rewordings_hit_and_other_deciding_values_do_not(
+    case: tuple[PromptTemplate, dict[str, str], dict[str, str], dict[str, str]],
+    tmp_path: Path,
+    minilm: Any,
+) -> None:
+    template, base, same, other = case
+    outcomes = {}
+    for probe, fills in (("same", same), ("other", other)):
+        cache = SemanticCache(tmp_path / probe, embedder=minilm)  # the default threshold
+        client = CachedLLM(counting_upstream(), cache=cache)
+        _, first = ask(client, _park_fill(template, base))
+        answer, info = ask(client, _park_fill(template, fills))
+        assert answer == ("answer 1" if info.outcome == "hit" else "answer 2")
+        outcomes[probe] = info.outcome
+        cache.close()
+    assert first.outcome == "miss"
+    assert outcomes == {"same": "hit", "other": "miss"}
+
+
+@pytest.mark.slow
+def test_real_embedder_with_every_slot_a_keyword_serves_most_other_fills(
+    tmp_path: Path, minilm: Any
+) -> None:
+    # The old default, for contrast: the persona and plan are most of the text.
+    served = 0
+    for n, (template, base, _, other) in enumerate(PARK_LIKE):
+        cache = SemanticCache(tmp_path / str(n), embedder=minilm)
+        client = CachedLLM(counting_upstream(), cache=cache)
+        for fills in (base, other):
+            request = _park_fill(template, fills)
+            options = request["cache"]
+            keywords = tuple((options.slots or {}).values())
+            _, info = ask(
+                client, {**request, "cache": CacheOptions(category="t", keywords=keywords)}
+            )
+        served += info.outcome == "hit"
+        cache.close()
+    assert served >= len(PARK_LIKE) // 2
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Any:
+    from llmcache.embedders import MiniLMEmbedder
+
+    embedder = MiniLMEmbedder()
+    embedder.load()
+    return embedder
