@@ -24,6 +24,7 @@ from ._errors import ConfigurationError, CorruptEntryError, StoreError
 from ._hit import HitStep
 from ._ledger import CacheStats, Ledger, PriceTable, info_stats_key
 from ._protocols import BoundedBackend, CacheBackend, Embedder
+from ._slots import SlotBook
 from ._tokens import count_tokens
 from ._types import CacheEntry, CallInfo, Candidate, Partition, Similarity, Usage
 from ._verify import VerifyJob, VerifyQueue
@@ -45,6 +46,9 @@ _SINGLE_FLIGHT_WAIT_S = 300.0
 _WRITE_BUDGET = 64
 
 EntryCheck = Callable[[CacheEntry], "str | None"]
+#: Re-judges a fetched entry: the cosine it is to be scored by (given the one its own vector
+#: has), or ``None`` when it may not be served to this query at all.
+EntryJudge = Callable[[CacheEntry, float], "float | None"]
 T = TypeVar("T")
 
 # How far a fetched entry's own cosine may fall short of an unfetched candidate's index score
@@ -108,6 +112,7 @@ class _Tables:
     stored_limits: Limits | None
     book: BudgetBook
     verifications: VerifyQueue
+    slots: SlotBook
     inflight: dict[tuple[str, str], threading.Event] = field(default_factory=dict)
     inflight_lock: threading.Lock = field(default_factory=threading.Lock)
     # Entries this process stored, per table (under inflight_lock): a miss about to lead
@@ -174,6 +179,7 @@ class SemanticCache:
             stored_limits,
             book,
             VerifyQueue(ledger, book, self.prices),
+            SlotBook(backend.read_stats, ledger.add),
             draws=random.Random(self.config.explore_seed),
         )
 
@@ -254,6 +260,13 @@ class SemanticCache:
         configuration, embedder and prices: see :class:`~llmcache.modifiers.HitStep`."""
         return HitStep(self.config, self.embedder, self.prices)
 
+    def choose_slots(
+        self, stats_key: str, slots: dict[str, str], exact: frozenset[str]
+    ) -> tuple[str, ...]:
+        """Which of a templated call's slots to embed, from what has varied in its table
+        (whose counters' key is ``stats_key``); the call's values join the table's profile."""
+        return self._tables.slots.choose(stats_key, slots, exact)
+
     def embed(self, text: str) -> NDArray[np.float32]:
         vectors = self.embedder.embed([text])
         return np.asarray(vectors[0], dtype=np.float32)
@@ -276,6 +289,7 @@ class SemanticCache:
         *,
         check: EntryCheck | None = None,
         band: float = 0.0,
+        judge: EntryJudge | None = None,
     ) -> tuple[list[Candidate], int]:
         """The nearest entries of one table, best first, and how many damaged ones were dropped.
 
@@ -289,6 +303,10 @@ class SemanticCache:
         when ``band`` asks for every candidate near the best); ``check`` runs from the best
         candidate down until one passes, so the first candidate returned has passed it and the
         ones after it are not checked.
+
+        ``judge`` (a templated call whose embedded slots are chosen per table) re-scores each
+        fetched entry or rules it out (an exact slot that differs); since a re-scored entry may
+        score above its index score, every proposed candidate is then fetched.
         """
         query = np.asarray(vector, dtype=np.float64).reshape(-1)
         query_norm = float(np.linalg.norm(query))
@@ -317,14 +335,20 @@ class SemanticCache:
         corrupt = 0
         while True:
             while pending and not (
-                scored and scored[0][1].similarity.cosine - band >= pending[0][1] - _SCORE_SLACK
+                judge is None
+                and scored
+                and scored[0][1].similarity.cosine - band >= pending[0][1] - _SCORE_SLACK
             ):
                 entry_id, _ = pending.pop(0)
                 try:
                     entry = self.backend.get(partition.key, entry_id)
                     if entry is None:
                         continue
-                    similarity = Similarity(cosine=_cosine(entry, query, query_norm))
+                    cosine = _cosine(entry, query, query_norm)
+                    judged = judge(entry, cosine) if judge is not None else cosine
+                    if judged is None:
+                        continue
+                    similarity = Similarity(cosine=judged)
                 except CorruptEntryError as exc:
                     corrupt += self._drop_damaged(partition, entry_id, exc)
                     continue

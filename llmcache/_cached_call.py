@@ -31,15 +31,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from ._attempts import Attempts, CallFn, send_validated
 from ._budget import NO_HIT_THRESHOLD, STRICT_THRESHOLD, TableEvidence, same_answer
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
 from ._errors import ConfigurationError, InvalidResponseError, StoreError
-from ._filing import embedding_text, output_params, partition_for
+from ._filing import embedding_text, keywords_text, output_params, partition_for
 from ._ledger import info_stats_key, pool_stats_key
 from ._recorder import RecordedCall, Recorder
 from ._shapes import CHAT, Shape
+from ._slots import exact_mismatch, exact_slot_names, slot_text
 from ._tokens import count_message_tokens
 from ._types import (
     Adapted,
@@ -47,6 +50,7 @@ from ._types import (
     CacheOptions,
     CallInfo,
     Candidate,
+    EmbedMode,
     Mode,
     Partition,
     Usage,
@@ -135,6 +139,13 @@ class _CachedCall:
         # request path once the miss is answered.
         self._asked_about: set[int] = set()
         self._verify_later: Candidate | None = None
+        # A templated call (see _slots.py): its exact slots, the slots its vector embeds
+        # (None: the call's keywords or messages are embedded), its vector, and the vectors of
+        # entries re-scored under its choice, by their text.
+        self.exact: frozenset[str] = frozenset()
+        self.chosen: tuple[str, ...] | None = None
+        self._vector: Any = None
+        self._rescored: dict[str, float] = {}
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -241,6 +252,7 @@ class _CachedCall:
                 k=max(self.cache.config.k, _VARIETY_K) if self.variety else None,
                 check=self.shape.answer_problem,
                 band=VARIETY_BAND if self.variety else 0.0,
+                judge=self._judge if self.options.slots else None,
             )
         except StoreError:
             # The cache cannot be read (a failing disk, a lost database): answer without it.
@@ -435,11 +447,66 @@ class _CachedCall:
 
     def _embed(self) -> tuple[str, Any]:
         """The call's embedding text and vector, with what embedding it cost."""
-        text = embedding_text(self.policy.embed, self.options, self.messages)
+        text = self._slot_text()
+        if text is None:
+            text = embedding_text(self.policy.embed, self.options, self.messages)
         self.info.embed_text = text
         vector = self.cache.embed(text)
+        self._vector = vector
         self.info.embed_tokens, self.info.embed_usd = self.cache.embedding_cost(text)
         return text, vector
+
+    def _slot_text(self) -> str | None:
+        """A templated call's embedding text: its chosen slots' values, deciding first
+        (``None``: the call gives its keywords, is in full mode, or gives no slots)."""
+        slots = self.options.slots
+        if not slots:
+            return None
+        self.exact = exact_slot_names(
+            slots, self.options.exact_slots, detect=self.policy.detect_exact
+        )
+        if self.policy.embed is not EmbedMode.KEYWORD or self.options.keywords is not None:
+            return None
+        chosen = self.cache.choose_slots(self.stats_key, slots, self.exact)
+        text = slot_text(slots, chosen)
+        if not text:
+            # The chosen slots are blank in this call: embedded by all its slots instead.
+            chosen = tuple(slots)
+            text = slot_text(slots, chosen)
+        if not text:
+            raise ConfigurationError(
+                f"category {self.options.category!r} is cached in keyword mode but every slot "
+                "of the call is blank: give a slot a value, or use embed=EmbedMode.FULL"
+            )
+        self.chosen = chosen
+        self.info.embedded_slots = chosen
+        return keywords_text([text])
+
+    def _judge(self, entry: CacheEntry, cosine: float) -> float | None:
+        """The cosine a stored entry is scored by for this templated call, or ``None`` when it
+        may not be served: an exact slot differs, or it was embedded under another choice of
+        slots and cannot be re-scored under this one."""
+        slots = self.options.slots or {}
+        if exact_mismatch(slots, self.exact, entry.slots):
+            return None
+        if entry.embedded_slots == self.chosen:
+            return cosine
+        # Embedded under another choice (the table's slots varied since, or the entry was
+        # stored with explicit keywords): its stored score compares unlike texts. Re-scored
+        # by its own slot values under this call's choice, never served on the stale score.
+        if self.chosen is None or entry.slots is None:
+            return None
+        text = slot_text(entry.slots, self.chosen)
+        if not text:
+            return None
+        text = keywords_text([text])
+        if text not in self._rescored:
+            other = np.asarray(self.cache.embed(text), dtype=np.float64)
+            query = np.asarray(self._vector, dtype=np.float64).reshape(-1)
+            norms = float(np.linalg.norm(other) * np.linalg.norm(query))
+            score = float(np.dot(other, query)) / norms if norms else 0.0
+            self._rescored[text] = min(1.0, max(-1.0, score))
+        return self._rescored[text]
 
     def _serve(self, candidate: Candidate, *, explore: bool = False) -> Any:
         # The public hit step, with this call's endpoint (its Shape) and policy.
@@ -618,6 +685,8 @@ class _CachedCall:
                 vector_b64=CacheEntry.encode_vector(vector),
                 keywords=self.options.keywords,
                 options=self.options.options,
+                slots=self.options.slots or None,
+                embedded_slots=self.chosen,
                 messages=self.messages,
                 content=result.content,
                 # A malformed server answer is refused just below.

@@ -47,9 +47,9 @@ class CategoryPolicy(BaseModel):
     ``threshold`` is a raw cosine (see :class:`~llmcache.types.Similarity`). ``bypass`` skips lookup
     and storage but still validates, retries and records the call (dialogue categories in the
     thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``pool_evidence``,
-    ``twin_rate``, ``variety``, ``verifier``, ``verify_band`` and ``verify_path``: see
-    :class:`CacheConfig`. ``validator`` and ``fallback`` are the category's defaults for
-    :class:`~llmcache.CacheOptions`' own (a call's win).
+    ``twin_rate``, ``variety``, ``verifier``, ``verify_band``, ``verify_path`` and
+    ``detect_exact``: see :class:`CacheConfig`. ``validator`` and ``fallback`` are the
+    category's defaults for :class:`~llmcache.CacheOptions`' own (a call's win).
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -75,6 +75,7 @@ class CategoryPolicy(BaseModel):
     verifier: Any = None  # a Verifier
     verify_band: float | None = Field(default=None, gt=0.0, le=1.0)
     verify_path: VerifyPath | None = None
+    detect_exact: bool | None = None
 
 
 class CacheConfig(BaseModel):
@@ -122,6 +123,12 @@ class CacheConfig(BaseModel):
     thread. Either way the verdict is a label of the table (a yes at cosine ``c`` a right one,
     a no a wrong one), so under a budget verdicts move the learned threshold. Categories and
     calls may set their own of all three.
+
+    ``detect_exact`` makes a templated call's slot whose value, as a whole, is a time, a date
+    or a numeric range (``09:00 AM``, ``2023-02-13``, ``February 13, 2023``, ``10:00 - 11:00``)
+    an exact slot, as if the template named it in ``exact_slots``: a cached answer is served
+    only to a call with the very same value, since embeddings cannot tell such values apart.
+    ``False`` leaves them to the embedding (categories may set their own).
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -151,6 +158,7 @@ class CacheConfig(BaseModel):
     verifier: Any = None  # a Verifier; Any because Protocols are not pydantic types
     verify_band: float = Field(default=0.1, gt=0.0, le=1.0)
     verify_path: VerifyPath = "request"
+    detect_exact: bool = True
 
     @property
     def limits(self) -> Limits:
@@ -202,6 +210,7 @@ class CacheConfig(BaseModel):
             verifier=_first(options.verifier, policy.verifier, self.verifier),
             verify_band=_first(options.verify_band, policy.verify_band, self.verify_band),
             verify_path=_first(options.verify_path, policy.verify_path, self.verify_path),
+            detect_exact=_first(policy.detect_exact, self.detect_exact),
         )
 
 
@@ -231,3 +240,4 @@ class ResolvedPolicy(BaseModel):
     verifier: Any = None
     verify_band: float = 0.1
     verify_path: VerifyPath = "request"
+    detect_exact: bool = True

@@ -9,7 +9,7 @@ from typing import Any
 from ._errors import ConfigurationError
 from ._types import CacheOptions, EmbedMode, Partition, canonical_json
 
-__all__ = ["embedding_text", "messages_text", "output_params", "partition_for"]
+__all__ = ["embedding_text", "keywords_text", "messages_text", "output_params", "partition_for"]
 
 # Request parameters that do not change what the model answers. Everything else (model,
 # temperature, response_format, tools, seed, max_tokens, extra_body …) splits the tables, so a
@@ -131,5 +131,10 @@ def embedding_text(
                 f"{given}: pass CacheOptions(keywords=[...]) with the template's slot values, "
                 "or use embed=EmbedMode.FULL for this category"
             )
-        return _valid_unicode(" ".join(k.strip() for k in options.keywords))
+        return keywords_text(options.keywords)
     return _valid_unicode(messages_text(messages))
+
+
+def keywords_text(keywords: Iterable[str]) -> str:
+    """Keywords as one embedding text: each stripped, joined by single spaces."""
+    return _valid_unicode(" ".join(k.strip() for k in keywords))

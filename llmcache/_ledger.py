@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from ._config import Limits
 from ._protocols import CacheBackend
+from ._slots import embedded_from_counters
 from ._types import CallInfo, Partition, Usage
 
 __all__ = [
@@ -261,6 +262,10 @@ class TableStats(BaseModel):
     excess_ci: tuple[float, float] | None = None
     # Hits served from one of several near-identical answers drawn at random (variety).
     varied: int = 0
+    # A templated table's embedded slots, deciding first: those whose values have varied in
+    # the table (every non-exact slot until one has), see llmcache/_slots.py. None: its calls
+    # give their keywords, or are not templated.
+    embedded_slots: tuple[str, ...] | None = None
 
     @property
     def hit_rate(self) -> float:
@@ -322,6 +327,7 @@ class TableStats(BaseModel):
             verify_tokens=int(c.get("vf_tokens", 0)),
             verify_usd=c.get("vf_usd", 0.0),
             varied=int(c.get("varied", 0)),
+            embedded_slots=embedded_from_counters(c),
         )
 
 
@@ -408,6 +414,14 @@ class CacheStats(BaseModel):
                     f"{t.verify_queued:>6} {t.verify_dropped:>7} {t.verify_tokens:>10} "
                     f"{t.verify_usd:>10.6f} {vthresh:>10} {t.verified_labels:>10} "
                     f"{t.verified_labels_wrong:>9} {t.verified_explored:>8}"
+                )
+        templated = [t for t in rows if t.embedded_slots is not None]
+        if templated:
+            # Only when templated calls chose their slots: which slots each table embeds.
+            lines.append(f"{'embedded slots':<26} {'agent':<16} slots (deciding first)")
+            for t in templated:
+                lines.append(
+                    f"{t.category[:26]:<26} {t.agent[:16]:<16} {', '.join(t.embedded_slots or ())}"
                 )
         if self.limits is not None and self.limits.bounded:
             # Only for a bounded cache: the table above stays the whole output otherwise.

@@ -4,8 +4,16 @@ A :class:`PromptTemplate` has a name and a text with slots, either named (``{eve
 positional in the style of Park et al.'s prompt files (``!<INPUT 0>!``, with everything up to
 a ``<commentblockmarker>###</commentblockmarker>`` line being the file's notes, not the prompt).
 Filling it gives the messages to send and the matching :class:`CacheOptions`: the category is
-the template's name and the keywords are the slot values in slot order (or the slots named in
-``keyword_slots``), so that the call in an existing code base changes from
+the template's name, and the slot values go with the call by slot name. In keyword mode the
+cache then chooses by default which slots to embed from what varies within the table (one
+template, one agent): a slot whose value never changes there (the agent's name, its persona
+summary) tells queries apart not at all, so the slots whose values have varied are embedded,
+shortest first so that no truncation cuts the one that decides (all of them until the table has
+seen one vary; see ``llmcache/_slots.py``). ``keyword_slots`` overrides that choice with slots of
+your own, in your order. ``exact_slots`` names slots whose values must match exactly for a hit;
+a value that is a time, a date or a numeric range is exact by default
+(``CacheConfig(detect_exact=False)`` turns that off). The call in an existing code base changes
+from
 
     reply = client.chat.completions.create(model=m, messages=[{"role": "user", "content": p}])
 
@@ -18,8 +26,8 @@ to
 >>> filled.messages
 [{'role': 'user', 'content': 'Rate how important this is: Tree in Victoria Park is idle'}]
 >>> options = filled.cache_options(agent="Liam")
->>> (options.category, options.agent, options.keywords)
-('importance', 'Liam', ('Tree in Victoria Park is idle',))
+>>> (options.category, options.agent, options.slots, options.keywords)
+('importance', 'Liam', {'event': 'Tree in Victoria Park is idle'}, None)
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ class FilledPrompt(BaseModel):
     text: str
     system: str | None = None
     keywords: tuple[str, ...]
+    #: The template's own choice of keyword slots (``None``: the cache chooses).
+    keyword_slots: tuple[str, ...] | None = None
     #: The template's identity (:attr:`PromptTemplate.digest`), its slot values by slot name,
     #: and the slots whose values must match exactly for a hit.
     template: str | None = None
@@ -66,9 +76,18 @@ class FilledPrompt(BaseModel):
         return messages
 
     def cache_options(self, *, agent: str = "", **fields: Any) -> CacheOptions:
-        """``CacheOptions(category=<template name>, agent=agent, keywords=<slot values>)``;
-        ``fields`` are any other options (``mode``, ``validator``, ``options``, …)."""
-        return CacheOptions(category=self.category, agent=agent, keywords=self.keywords, **fields)
+        """``CacheOptions(category=<template name>, agent=agent, slots=<slot values>, ...)``
+        with the template's identity and exact slots, and ``keywords`` only when the template
+        names its ``keyword_slots`` (otherwise the cache chooses the slots to embed);
+        ``fields`` are any other options (``mode``, ``validator``, ``options``, …) and win."""
+        given: dict[str, Any] = {"category": self.category, "agent": agent}
+        given["template"] = self.template
+        if self.slots:
+            given["slots"] = dict(self.slots)
+            given["exact_slots"] = self.exact_slots
+        if self.keyword_slots is not None or not self.slots:
+            given["keywords"] = self.keywords
+        return CacheOptions(**{**given, **fields})
 
     def request(self, *, agent: str = "", **fields: Any) -> dict[str, Any]:
         """``messages=`` and ``cache=`` for ``chat.completions.create`` / ``parse``."""
@@ -79,8 +98,10 @@ class PromptTemplate(BaseModel):
     """A named prompt with slots; see the module documentation.
 
     ``keyword_slots`` picks the slots whose values are the keywords (names, or indexes as text
-    for positional slots), in that order; by default every slot, in the order the slots first
-    appear. A template uses named slots or positional ones, not both.
+    for positional slots), in that order; by default the cache chooses them per table from the
+    slots whose values vary (see the module documentation). ``exact_slots`` names slots whose
+    values must match exactly for a hit. A template uses named slots or positional ones, not
+    both.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -150,6 +171,7 @@ class PromptTemplate(BaseModel):
             text=fill(self.prompt).strip(),
             system=fill(self.system) if self.system else None,
             keywords=tuple(given[s] for s in chosen),
+            keyword_slots=self.keyword_slots,
             template=self.digest,
             slots={s: given[s] for s in self.slots},
             exact_slots=self.exact_slots,

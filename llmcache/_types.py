@@ -261,10 +261,13 @@ def _partition_key(category: str, agent: str, params_hash: str) -> str:
     return digest[:24]
 
 
-# What an entry's checksum covers: everything a lookup decides a hit by (table, text, vector)
-# and everything a hit hands back or adapts (answer, completion, keywords, options, messages).
-# Not the id (assigned by the store), the timestamps, usage or free metadata. Named explicitly
-# and versioned, so that adding a field to CacheEntry never invalidates stored checksums.
+# What an entry's checksum covers: everything a lookup decides a hit by (table, text, vector,
+# slot values) and everything a hit hands back or adapts (answer, completion, keywords, options,
+# messages). Not the id (assigned by the store), the timestamps, usage or free metadata. Named
+# explicitly and versioned, so that adding a field to CacheEntry never invalidates stored
+# checksums: an entry with slot values (a templated call) is sealed as "v2", over the "v1"
+# fields and its slots; one without, as before, so older entries keep their checksums and older
+# versions of llmcache read a "v2" entry as unverifiable rather than damaged.
 _CHECKSUM_VERSION = "v1"
 _CHECKSUM_FIELDS = (
     "partition",
@@ -278,18 +281,30 @@ _CHECKSUM_FIELDS = (
     "content",
     "completion",
 )
+_SLOT_CHECKSUM_VERSION = "v2"
+_SLOT_CHECKSUM_FIELDS = ("slots", "embedded_slots")
+_VERSIONS = {
+    _CHECKSUM_VERSION: _CHECKSUM_FIELDS,
+    _SLOT_CHECKSUM_VERSION: _CHECKSUM_FIELDS + _SLOT_CHECKSUM_FIELDS,
+}
 
 
-def entry_checksum(data: Mapping[str, Any]) -> str:
+def _checksum_version(data: Mapping[str, Any]) -> str:
+    has_slots = any(data.get(name) is not None for name in _SLOT_CHECKSUM_FIELDS)
+    return _SLOT_CHECKSUM_VERSION if has_slots else _CHECKSUM_VERSION
+
+
+def entry_checksum(data: Mapping[str, Any], version: str | None = None) -> str:
     """The checksum of an entry, from its JSON form (the dict that its stored JSON parses to).
 
     Taken over the JSON form rather than the Python objects, so that what is verified is
     exactly what was written: a float or tuple that changes shape through JSON cannot make a
     sound entry look damaged.
     """
-    payload = canonical_json([data.get(name) for name in _CHECKSUM_FIELDS])
+    version = version or _checksum_version(data)
+    payload = canonical_json([data.get(name) for name in _VERSIONS[version]])
     digest = hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"{_CHECKSUM_VERSION}:{digest}"
+    return f"{version}:{digest}"
 
 
 def checksum_problem(data: Mapping[str, Any]) -> str | None:
@@ -304,11 +319,15 @@ def checksum_problem(data: Mapping[str, Any]) -> str | None:
         return None
     if not isinstance(stored, str):
         return "its checksum is not a text"
-    if not stored.startswith(f"{_CHECKSUM_VERSION}:"):
+    version = stored.partition(":")[0]
+    if version not in _VERSIONS:
         # A later version's kind of checksum: unverifiable here, like none. Treating it as
         # damage would make this version evict every entry a newer one shares the cache with.
         return None
-    if entry_checksum(data) != stored:
+    if version == _CHECKSUM_VERSION and _checksum_version(data) != version:
+        # Slot values added to an entry sealed without any: damage, not an older entry.
+        return "its content does not match its checksum"
+    if entry_checksum(data, version) != stored:
         return "its content does not match its checksum"
     return None
 
@@ -328,6 +347,11 @@ class CacheEntry(BaseModel):
     vector_b64: str  # float32 little-endian, base64: compact and exact, unlike a JSON float list
     keywords: tuple[str, ...] | None = None
     options: tuple[str, ...] | None = None
+    # A templated call's slot values, and the slots its vector embeds (in that order): what
+    # an exact slot is compared by, and what the entry is re-scored by when its table has
+    # since chosen other slots (``None``: not a templated call, or keywords given).
+    slots: dict[str, str] | None = None
+    embedded_slots: tuple[str, ...] | None = None
     messages: list[dict[str, Any]]
     content: str
     completion: dict[str, Any]  # the ChatCompletion as JSON, to rebuild on a hit
@@ -348,7 +372,8 @@ class CacheEntry(BaseModel):
         Raises pydantic's ``PydanticSerializationError`` when what it covers cannot be written
         as JSON (a lone surrogate in a message, say): such an entry is not stored.
         """
-        data = json.loads(self.model_dump_json(include=set(_CHECKSUM_FIELDS)))
+        fields = set(_CHECKSUM_FIELDS + _SLOT_CHECKSUM_FIELDS)
+        data = json.loads(self.model_dump_json(include=fields))
         return self.model_copy(update={"checksum": entry_checksum(data)})
 
     @staticmethod
@@ -422,6 +447,8 @@ class CallInfo(BaseModel):
     embedding); ``avoided_usd`` and ``tokens_avoided`` are what a hit saved against calling the
     LLM. Of what was spent, ``revise_tokens``/``revise_usd`` went to a modifier's revision and
     ``embed_tokens``/``embed_usd`` to embedding the query (only a paid embedder costs money).
+    ``embedded_slots`` are the slots a templated call's embedding text was made of, deciding
+    first (``None``: the call gave its keywords, or is not templated or not in keyword mode).
     ``corrupt_dropped`` counts damaged entries the lookup met (each evicted); ``store_failed``
     and ``record_failed`` say the answer was returned but could not be stored or recorded.
 
@@ -472,6 +499,7 @@ class CallInfo(BaseModel):
     embed_tokens: int = 0
     embed_usd: float = 0.0
     embed_text: str | None = None
+    embedded_slots: tuple[str, ...] | None = None
     corrupt_dropped: int = 0
     store_failed: bool = False
     record_failed: bool = False

@@ -51,16 +51,23 @@ def test_named_slots_fill_messages_and_options() -> None:
         },
     ]
     options = filled.cache_options(agent="Isabella", threshold=0.8)
+    # No keyword_slots: the slot values go by name and the cache chooses what to embed.
+    slots = {"agent_name": "Isabella", "event": "a fire", "place": "the cafe"}
     assert options == CacheOptions(
-        category="reaction", agent="Isabella", keywords=["Isabella", "a fire", "the cafe"],
-        threshold=0.8,
+        category="reaction", agent="Isabella", slots=slots, exact_slots=(),
+        template=t.digest, threshold=0.8,
     )  # fmt: skip
+    assert options.keywords is None
     assert filled.request(agent="Isabella") == {
         "messages": filled.messages,
         "cache": CacheOptions(
-            category="reaction", agent="Isabella", keywords=["Isabella", "a fire", "the cafe"]
+            category="reaction", agent="Isabella", slots=slots, exact_slots=(), template=t.digest
         ),
     }
+    # A template's own keyword_slots override the cache's choice; a call's fields win.
+    chosen = PromptTemplate(name="reaction", text=t.text, keyword_slots=("event",))
+    assert chosen.fill(**slots).cache_options().keywords == ("a fire",)
+    assert filled.cache_options(keywords=["x"]).keywords == ("x",)
 
 
 def test_park_style_files_render_as_their_generate_prompt_does() -> None:

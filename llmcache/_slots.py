@@ -1,0 +1,241 @@
+"""Which slots of a templated call are embedded, and which must match exactly.
+
+A templated call in keyword mode gives its slot values by name (``CacheOptions.slots``). Within
+one table (one template, one agent, one set of request parameters) a slot whose value has been
+the same in every call tells one query from another nothing: embedding it only buries the slot
+that decides the answer (an agent's name passed into six slots and its persona summary are
+most of the text; the event is a few words). So, unless the call gives ``keywords`` itself:
+
+- a slot is **exact** when the call names it (``exact_slots``) or, unless detection is off
+  (``CacheConfig(detect_exact=False)``), when its value is a time, a date or a numeric range
+  as a whole (``09:00 AM``, ``2023-02-13``, ``February 13, 2023, 10:00 pm``, ``10:00 - 11:00``,
+  ``3 to 5``): embeddings cannot tell ``09:00 AM`` from ``10:00 PM`` (cosine 0.991 with
+  MiniLM), so a candidate whose value differs is never served, and exact slots are not
+  embedded;
+- of the other slots, those whose values have **varied** within the table are embedded; until
+  the table has seen any vary (its first calls), all of them are;
+- in **deciding order**: shortest first, by the longest value the slot has held in the table
+  (ties in the template's slot order), so that a long persona or plan comes last and an
+  embedder's truncation (MiniLM reads 256 word pieces) never cuts the slot that decides.
+
+The table's slot profile is kept as counters of the table (both backends keep them, atomically
+across processes): per slot the least and greatest hash of its values (they differ once the slot
+has varied), the longest value, its position and whether it was exact. Every one of them keeps
+an extreme (``max_``/``min_`` counters), so adding them again is harmless and merging a re-read
+profile into one held in memory is idempotent.
+
+A choice can change after entries were stored (a slot varies for the first time): an entry
+records its slot values and the slots its vector embeds, and one embedded under another choice
+is re-scored, by embedding its slot text under the current choice, before it can be served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "SlotBook",
+    "choose",
+    "embedded_from_counters",
+    "exact_mismatch",
+    "exact_slot_names",
+    "looks_exact",
+    "observe",
+    "slot_text",
+]
+
+_HASH = "slot_h:"
+_LEN = "max_slot_len:"
+_POS = "min_slot_pos:"
+_EXACT = "max_slot_exact:"
+
+_TRAILING = ".!?;:,"
+
+# How often a process re-reads the profiles other processes may have moved (seconds).
+_REFRESH_S = 30.0
+
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+)
+_WEEKDAY = r"(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?"
+_ATOMS = [
+    r"\d{1,2}:\d{2}(?::\d{2})?(?:\s*[ap]\.?m\.?)?",  # 09:00, 9:00 am, 21:30:00
+    r"\d{1,2}\s*[ap]\.?m\.?",  # 9am, 10 p.m.
+    r"\d{4}-\d{1,2}-\d{1,2}(?:[t ]\d{1,2}:\d{2}(?::\d{2})?)?",  # 2023-02-13, ISO date-time
+    r"\d{1,2}/\d{1,2}/\d{2,4}",  # 02/13/2023
+    rf"{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?",  # February 13
+    rf"\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}",  # 13 February
+    _MONTH,
+    _WEEKDAY,
+    r"[-+]?\d+(?:[.,]\d+)?%?",  # numbers (a year, a count, a score)
+]
+_ATOM = "(?:" + "|".join(_ATOMS) + ")"
+_JOIN = r"(?:\s*(?:[-\u2013\u2014,/]|to|at|until|and)\s*|\s+)"
+_EXACT_VALUE = re.compile(rf"{_ATOM}(?:{_JOIN}{_ATOM})*", re.IGNORECASE)
+# A value made only of numbers is exact only as a range ("10 - 20"); a lone number is a
+# slot's ordinary content more often than not (a count the answer does not hinge on).
+_LONE_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)?%?")
+_HAS_TIME_OR_DATE = re.compile(
+    rf"\d:\d|\d\s*[ap]\.?m|\d-\d{{1,2}}-\d|\d/\d|\b{_MONTH}\b|\b{_WEEKDAY}\b", re.IGNORECASE
+)
+_NUMERIC_RANGE = re.compile(r"\d\s*(?:[-\u2013\u2014]|to)\s*[-+]?\d", re.IGNORECASE)
+
+
+def looks_exact(value: str) -> bool:
+    """Whether a value, as a whole, is a time, a date (or both), or a numeric range."""
+    text = value.strip().rstrip(".")
+    if not text or len(text) > 80 or not _EXACT_VALUE.fullmatch(text):
+        return False
+    if _LONE_NUMBER.fullmatch(text):
+        return False
+    return bool(_HAS_TIME_OR_DATE.search(text) or _NUMERIC_RANGE.search(text))
+
+
+def exact_slot_names(
+    slots: Mapping[str, str], declared: Sequence[str] | None, *, detect: bool
+) -> frozenset[str]:
+    """The call's exact slots: those it names, and (``detect``) those whose value looks exact."""
+    names = {name for name in declared or () if name in slots}
+    if detect:
+        names.update(name for name, value in slots.items() if looks_exact(value))
+    return frozenset(names)
+
+
+def exact_mismatch(
+    slots: Mapping[str, str], exact: frozenset[str], stored: Mapping[str, str] | None
+) -> bool:
+    """Whether a stored entry's slot values differ from the call's on an exact slot (an entry
+    that kept no slot values cannot show that they match)."""
+    if not exact:
+        return False
+    if stored is None:
+        return True
+    return any(stored.get(name, "").strip() != slots[name].strip() for name in exact)
+
+
+def _value_hash(value: str) -> float:
+    # 48 bits: exact as a float8 counter (every backend stores counters as doubles).
+    digest = hashlib.sha256(value.strip().encode("utf-8", "surrogatepass")).digest()
+    return float(int.from_bytes(digest[:6], "big"))
+
+
+def observe(slots: Mapping[str, str], exact: frozenset[str]) -> dict[str, float]:
+    """The counters one call adds to its table's slot profile."""
+    delta: dict[str, float] = {}
+    for position, (name, value) in enumerate(slots.items()):
+        h = _value_hash(value)
+        delta[f"max_{_HASH}{name}"] = h
+        delta[f"min_{_HASH}{name}"] = h
+        delta[f"{_LEN}{name}"] = float(len(value.strip()))
+        delta[f"{_POS}{name}"] = float(position)
+        delta[f"{_EXACT}{name}"] = float(name in exact)
+    return delta
+
+
+def _varied(profile: Mapping[str, float], name: str) -> bool:
+    high, low = profile.get(f"max_{_HASH}{name}"), profile.get(f"min_{_HASH}{name}")
+    return high is not None and low is not None and high != low
+
+
+def choose(
+    profile: Mapping[str, float], names: Sequence[str], exact: frozenset[str]
+) -> tuple[str, ...]:
+    """The slots to embed, deciding first (see the module documentation)."""
+    embeddable = [name for name in names if name not in exact]
+    varied = [name for name in embeddable if _varied(profile, name)]
+    # Every slot exact: the filter decides, and embedding them all harms nothing.
+    chosen = varied or embeddable or list(names)
+    position = {name: i for i, name in enumerate(names)}
+    return tuple(
+        sorted(chosen, key=lambda name: (profile.get(f"{_LEN}{name}", 0.0), position[name]))
+    )
+
+
+def slot_text(slots: Mapping[str, str], chosen: Sequence[str]) -> str | None:
+    """The embedding text of ``chosen`` slots: their values joined by single spaces, each
+    stripped of surrounding space and of a trailing full stop or the like (alone, a short
+    value is all the text there is: MiniLM puts "sleeping." and "sleeping" at cosine 0.87);
+    ``None`` when a chosen slot is missing from ``slots``."""
+    if any(name not in slots for name in chosen):
+        return None
+    values = (slots[name].strip().rstrip(_TRAILING).rstrip() for name in chosen)
+    return " ".join(v for v in values if v)
+
+
+def embedded_from_counters(counters: Mapping[str, float]) -> tuple[str, ...] | None:
+    """The slots a table embeds now, from its counters (``None``: it chooses none)."""
+    prefix = f"max_{_HASH}"
+    names = [name[len(prefix) :] for name in counters if name.startswith(prefix)]
+    if not names:
+        return None
+    names.sort(key=lambda name: counters.get(f"{_POS}{name}", 0.0))
+    exact = frozenset(name for name in names if counters.get(f"{_EXACT}{name}", 0.0))
+    return choose(counters, names, exact)
+
+
+class SlotBook:
+    """The slot profiles of every table of one open cache: held in memory, written as the
+    tables' counters through ``add`` (the ledger) and re-read from ``read`` every so often, so
+    that a variation another process saw is taken up too."""
+
+    def __init__(
+        self,
+        read: Callable[[], Mapping[str, Mapping[str, float]]],
+        add: Callable[[str, Mapping[str, float]], None],
+        *,
+        refresh_s: float = _REFRESH_S,
+    ) -> None:
+        self._read = read
+        self._add = add
+        self._refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._profiles: dict[str, dict[str, float]] = {}
+        self._read_at: float | None = None
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if self._read_at is not None and now - self._read_at < self._refresh_s:
+            return
+        self._read_at = now
+        try:
+            counters = self._read()
+        except Exception:
+            # A profile that cannot be read is rebuilt from the calls that come: at worst the
+            # table embeds every slot a little longer.
+            return
+        for key, table in counters.items():
+            names = [n for n in table if n.startswith(("max_slot", "min_slot"))]
+            if names:
+                _merge(self._profiles.setdefault(key, {}), {n: table[n] for n in names})
+
+    def choose(self, key: str, slots: Mapping[str, str], exact: frozenset[str]) -> tuple[str, ...]:
+        """Take a call's slot values into its table's profile, then choose its slots."""
+        delta = observe(slots, exact)
+        with self._lock:
+            self._refresh()
+            profile = self._profiles.setdefault(key, {})
+            changed = {
+                n: v for n, v in delta.items() if _merged(n, profile.get(n), v) != profile.get(n)
+            }
+            _merge(profile, changed)
+            chosen = choose(profile, list(slots), exact)
+        if changed:
+            self._add(key, changed)
+        return chosen
+
+
+def _merged(name: str, old: float | None, new: float) -> float:
+    if old is None:
+        return new
+    return min(old, new) if name.startswith("min_") else max(old, new)
+
+
+def _merge(profile: dict[str, float], delta: Mapping[str, Any]) -> None:
+    for name, value in delta.items():
+        profile[name] = _merged(name, profile.get(name), float(value))
