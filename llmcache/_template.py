@@ -66,9 +66,19 @@ class FilledPrompt(BaseModel):
         return messages
 
     def cache_options(self, *, agent: str = "", **fields: Any) -> CacheOptions:
-        """``CacheOptions(category=<template name>, agent=agent, keywords=<slot values>)``;
-        ``fields`` are any other options (``mode``, ``validator``, ``options``, …)."""
-        return CacheOptions(category=self.category, agent=agent, keywords=self.keywords, **fields)
+        """``CacheOptions(category=<template name>, agent=agent, keywords=<slot values>,
+        template=<its digest>, slots=…, exact_slots=…)``: the table is keyed by the template's
+        text and the name is what it is shown by. ``fields`` are any other options (``mode``,
+        ``validator``, ``options``, …) and override these."""
+        given: dict[str, Any] = {
+            "category": self.category,
+            "agent": agent,
+            "keywords": self.keywords,
+            "template": self.template,
+            "slots": dict(self.slots) or None,
+            "exact_slots": self.exact_slots or None,
+        }
+        return CacheOptions(**{**given, **fields})
 
     def request(self, *, agent: str = "", **fields: Any) -> dict[str, Any]:
         """``messages=`` and ``cache=`` for ``chat.completions.create`` / ``parse``."""

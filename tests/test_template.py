@@ -51,15 +51,20 @@ def test_named_slots_fill_messages_and_options() -> None:
         },
     ]
     options = filled.cache_options(agent="Isabella", threshold=0.8)
+    slots = {"agent_name": "Isabella", "event": "a fire", "place": "the cafe"}
     assert options == CacheOptions(
         category="reaction", agent="Isabella", keywords=["Isabella", "a fire", "the cafe"],
-        threshold=0.8,
+        threshold=0.8, template=t.digest, slots=slots,
     )  # fmt: skip
     assert filled.request(agent="Isabella") == {
         "messages": filled.messages,
         "cache": CacheOptions(
-            category="reaction", agent="Isabella", keywords=["Isabella", "a fire", "the cafe"]
-        ),
+            category="reaction",
+            agent="Isabella",
+            keywords=["Isabella", "a fire", "the cafe"],
+            template=t.digest,
+            slots=slots,
+        ),  # fmt: skip
     }
 
 
