@@ -112,6 +112,17 @@ class PromptTemplate(BaseModel):
     #: is filed under the agent this slot holds.
     agent_slot: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_from_notes(cls, data: Any) -> Any:
+        # The notes may name the agent's slot (see from_file); a given agent_slot wins.
+        if isinstance(data, dict) and data.get("agent_slot") is None:
+            head, marker, _ = str(data.get("text", "")).partition(COMMENT_MARKER)
+            found = _AGENT_NOTE.search(head) if marker else None
+            if found is not None:
+                data = {**data, "agent_slot": found.group(1) or found.group(2) or found.group(3)}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> PromptTemplate:
         if _NAMED.search(self.prompt) and _POSITIONAL.search(self.prompt):
@@ -135,22 +146,17 @@ class PromptTemplate(BaseModel):
         files) or ``{named}`` ones, with optional notes above a
         ``<commentblockmarker>###</commentblockmarker>`` line. A notes line
         ``agent slot: <slot>`` (``agent slot: !<INPUT 0>!``, ``agent slot: {name}`` or
-        ``agent slot: 0``) names the slot that holds the agent's name. ``fields`` are any other
-        fields (``system``, ``keyword_slots``, ``exact_slots``, ``agent_slot`` …) and win over
-        the notes.
+        ``agent slot: 0``) names the slot that holds the agent's name (in any template whose
+        ``agent_slot`` is not given). ``fields`` are any other fields (``system``,
+        ``keyword_slots``, ``exact_slots``, ``agent_slot`` …).
         """
         file = Path(path)
         try:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigurationError(f"cannot read the template file {file}: {exc}") from exc
-        given: dict[str, Any] = {"name": name or file.stem, "text": text}
-        head, marker, _ = text.partition(COMMENT_MARKER)
-        found = _AGENT_NOTE.search(head) if marker else None
-        if found is not None:
-            given["agent_slot"] = found.group(1) or found.group(2) or found.group(3)
         try:
-            return cls(**{**given, **fields})
+            return cls(**{"name": name or file.stem, "text": text, **fields})
         except ValueError as exc:
             raise ConfigurationError(f"template file {file}: {exc}") from exc
 
