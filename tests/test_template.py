@@ -64,7 +64,7 @@ def test_named_slots_fill_messages_and_options() -> None:
             keywords=["Isabella", "a fire", "the cafe"],
             template=t.digest,
             slots=slots,
-        ),  # fmt: skip
+        ),
     }
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import runpy
 import time
 from pathlib import Path
 from typing import Any
@@ -305,3 +306,16 @@ def test_async_recognised_calls_hit_on_repeat(tmp_path: Path) -> None:
         client.close()
 
     asyncio.run(run())
+
+
+def test_the_adoption_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    root = Path(__file__).resolve().parent.parent
+    runpy.run_path(str(root / "examples" / "adopt_prompt_folder.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert [line.split()[-1] for line in lines[:4]] == ["recognised"] * 4
+    assert any(line.startswith("poignancy_event") and " 2 " in line for line in lines)
+    assert "unrecognised: 1" in out
+    # Every file of the example's folder loads, names its agent slot, and fills back exactly.
+    templates = load_templates(root / "examples" / "prompt_folder")
+    assert len(templates) == 3 and all(t.agent_slot for t in templates)
