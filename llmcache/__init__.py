@@ -15,6 +15,7 @@ public submodules, each with its own ``__all__``:
 - :mod:`llmcache.modifiers`: read, choose, revise, and the hit step they run in;
 - :mod:`llmcache.verification`: validators, answer equivalence, verifiers;
 - :mod:`llmcache.recording`: the JSONL dataset of every cached call;
+- :mod:`llmcache.templates`: prompts recognised from their text (``CachedLLM(templates=)``);
 - :mod:`llmcache.types`: the data types that cross those boundaries;
 - :mod:`llmcache.errors`: the exception tree;
 - :mod:`llmcache.testing`: test doubles; :mod:`llmcache.llm`: the LLM runtime (a local

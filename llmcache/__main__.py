@@ -11,15 +11,16 @@ from ._budget import table_stats
 from ._cache import open_backend
 from ._config import Limits
 from ._errors import ConfigurationError, LLMCacheError
-from ._ledger import CacheStats
+from ._ledger import CacheStats, untabled_counts
 from ._protocols import BoundedBackend
 
 
 def _stats(args: argparse.Namespace) -> int:
     backend = open_backend(args.location)
     try:
-        tables = table_stats(backend.read_stats())
-        stats = CacheStats(tables=tables)
+        counters = backend.read_stats()
+        tables = table_stats(counters)
+        stats = CacheStats(tables=tables, **untabled_counts(counters))
         if isinstance(backend, BoundedBackend):
             entries, size = backend.usage()
             limits = backend.read_limits() or Limits()

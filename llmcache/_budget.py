@@ -68,7 +68,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._ledger import POOL_MARKER, Ledger, TableStats
+from ._ledger import POOL_MARKER, UNTABLED_KEY, Ledger, TableStats
 from ._protocols import CacheBackend
 
 logger = logging.getLogger("llmcache")
@@ -514,6 +514,8 @@ def table_stats(
             pools[stats_key.key] = table_counters
     tables = []
     for key, table_counters in counters.items():
+        if key == UNTABLED_KEY:
+            continue
         table = TableStats.from_counters(key, dict(table_counters))
         if table.pool:
             continue

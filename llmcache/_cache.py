@@ -22,7 +22,7 @@ from ._config import CacheConfig, Limits
 from ._embedders import default_embedder
 from ._errors import ConfigurationError, CorruptEntryError, StoreError
 from ._hit import HitStep
-from ._ledger import CacheStats, Ledger, PriceTable, info_stats_key
+from ._ledger import CacheStats, Ledger, PriceTable, info_stats_key, untabled_counts
 from ._protocols import BoundedBackend, CacheBackend, Embedder
 from ._slots import SlotBook
 from ._tokens import count_tokens
@@ -484,7 +484,10 @@ class SemanticCache:
         evicted for size and expired; the bounds in force and the cache's size; labels and
         exploration, and under a wrong-hit budget the threshold in force and the estimated
         wrong-hit rate with its 95% interval."""
-        stats = CacheStats(tables=table_stats(self.ledger.counters(), self.config.budget_for))
+        counters = self.ledger.counters()
+        stats = CacheStats(
+            tables=table_stats(counters, self.config.budget_for), **untabled_counts(counters)
+        )
         backend = self._bounded_backend()
         if backend is None:
             return stats

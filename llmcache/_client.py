@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +34,9 @@ from ._cache import SemanticCache
 from ._cached_call import run_cached_call, start_streamed_call
 from ._config import CacheConfig
 from ._errors import ConfigurationError
+from ._ledger import UNTABLED_KEY
 from ._protocols import CacheBackend, Embedder
+from ._recognise import TemplateSet
 from ._recorder import Recorder
 from ._shapes import (
     CHAT,
@@ -60,7 +62,8 @@ from ._stream import (
     include_usage,
     response_events,
 )
-from ._types import CacheOptions, CallInfo
+from ._template import PromptTemplate
+from ._types import CacheOptions, CallInfo, EmbedMode
 
 __all__ = ["AsyncCachedLLM", "CachedLLM"]
 
@@ -87,12 +90,104 @@ def _open_recorder(recorder: Recorder | str | os.PathLike[str] | None) -> Record
     return Recorder(Path(recorder))
 
 
-def _pop_options(kwargs: dict[str, Any]) -> CacheOptions | None:
-    """Take this wrapper's own ``cache=`` keyword out of a call's keyword arguments."""
+def _pop_options(kwargs: dict[str, Any]) -> CacheOptions | bool:
+    """Take this wrapper's own ``cache=`` keyword out of a call's keyword arguments: the
+    options given, ``True`` when none were (the prompt may be recognised), ``False`` for
+    ``cache=False`` (not cached, not recognised)."""
     options = kwargs.pop("cache", None)
-    if options is not None and not isinstance(options, CacheOptions):
-        raise ConfigurationError(f"cache= takes a CacheOptions, not {type(options).__name__}")
-    return options
+    if options is None:
+        return True
+    if options is False or isinstance(options, CacheOptions):
+        return options
+    raise ConfigurationError(
+        f"cache= takes a CacheOptions (or False), not {type(options).__name__}"
+    )
+
+
+# -- templates recognised from a call's prompt: one place for every intercepted call ----------
+
+Templates = TemplateSet | Iterable[PromptTemplate] | str | os.PathLike[str]
+
+
+def _open_templates(templates: Templates | None) -> TemplateSet | None:
+    if templates is None or isinstance(templates, TemplateSet):
+        return templates
+    if isinstance(templates, (str, os.PathLike)):
+        return TemplateSet.from_folder(templates)
+    return TemplateSet(templates)
+
+
+#: A call's prompt: (user text, system text), or why the call has no prompt to recognise.
+Prompt = tuple[str, str | None] | str
+
+
+def _text(content: Any) -> str | None:
+    return content if isinstance(content, str) else None
+
+
+def chat_prompt(kwargs: Mapping[str, Any]) -> Prompt:
+    """The prompt of a chat call: one user message, after at most one system message."""
+    messages = kwargs.get("messages")
+    if not isinstance(messages, (list, tuple)) or not all(isinstance(m, Mapping) for m in messages):
+        return "the call's messages are not a list of messages"
+    roles = [m.get("role") for m in messages]
+    texts = [_text(m.get("content")) for m in messages]
+    if roles not in (["user"], ["system", "user"], ["developer", "user"]) or any(
+        set(m) - {"role", "content"} for m in messages
+    ):
+        return "a template is recognised in one user message, after at most one system message"
+    if any(t is None for t in texts):
+        return "a template is recognised in messages whose content is text"
+    return (str(texts[-1]), texts[0] if len(texts) == 2 else None)
+
+
+def completions_prompt(kwargs: Mapping[str, Any]) -> Prompt:
+    """The prompt of a legacy completions call: its ``prompt``, when it is one text."""
+    prompt = kwargs.get("prompt")
+    if isinstance(prompt, str):
+        return (prompt, None)
+    return "a template is recognised in a prompt that is one text"
+
+
+def responses_prompt(kwargs: Mapping[str, Any]) -> Prompt:
+    """The prompt of a Responses call: its ``input`` as text (or one user message), with its
+    ``instructions`` as the system text."""
+    given = kwargs.get("input")
+    instructions = kwargs.get("instructions")
+    system = instructions if isinstance(instructions, str) else None
+    if isinstance(given, str):
+        return (given, system)
+    if (
+        isinstance(given, (list, tuple))
+        and len(given) == 1
+        and isinstance(given[0], Mapping)
+        and given[0].get("role") == "user"
+        and isinstance(given[0].get("content"), str)
+        and set(given[0]) <= {"role", "content", "type"}
+    ):
+        return (given[0]["content"], system)
+    return "a template is recognised in an input that is text or one user message"
+
+
+def recognised_options(
+    templates: TemplateSet | None, prompt: Prompt, default_agent: str
+) -> tuple[CacheOptions | None, str | None]:
+    """The options a call without ``cache=`` is filed under, or ``None`` and why not."""
+    if templates is None:
+        return None, None
+    if isinstance(prompt, str):
+        return None, f"no template recognised: {prompt}"
+    found = templates.recognise(*prompt)
+    filled = found.filled
+    if filled is None:
+        return None, f"no template recognised: {found.reason}"
+    options = filled.cache_options(agent=found.agent(default_agent))
+    values = options.keywords if options.keywords is not None else (options.slots or {}).values()
+    if not any(v.strip() for v in values):
+        # A template without slots (or whose slots are blank here) has no keywords to embed:
+        # its whole, fixed prompt is what it is found by.
+        options = options.model_copy(update={"embed": EmbedMode.FULL})
+    return options, None
 
 
 def _cacheable(kwargs: dict[str, Any]) -> bool:
@@ -204,10 +299,26 @@ class _Base:
         embedder: Embedder | None = None,
         config: CacheConfig | None = None,
         recorder: Recorder | str | os.PathLike[str] | None = None,
+        templates: Templates | None = None,
+        default_agent: str = "",
     ) -> None:
         self._client = client
         self.cache: SemanticCache = _open_cache(cache, embedder, config)
         self.recorder: Recorder | None = _open_recorder(recorder)
+        self.templates: TemplateSet | None = _open_templates(templates)
+        self.default_agent = default_agent
+
+    def file_prompt(self, prompt: Prompt) -> CacheOptions | None:
+        """The options a call without ``cache=`` is filed under (its prompt recognised by
+        ``templates``); ``None`` when it is not cached, counted as ``unrecognised`` when the
+        client has templates. For every intercepted resource (see ``chat_prompt``)."""
+        if self.templates is None:
+            return None
+        options, reason = recognised_options(self.templates, prompt, self.default_agent)
+        if options is None:
+            logger.debug("not cached: %s", reason)
+            self.cache.ledger.add(UNTABLED_KEY, {"unrecognised": 1})
+        return options
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for attributes this wrapper does not define: delegate to the client.
@@ -219,7 +330,13 @@ class _Base:
     def with_cache(self: _Client, **changes: Any) -> _Client:
         """A copy whose cache configuration differs (``mode=``, ``threshold=`` …), sharing the
         same tables, recorder and wrapped client, like openai's ``with_options``."""
-        return type(self)(self._client, self.cache.with_config(**changes), recorder=self.recorder)
+        return type(self)(
+            self._client,
+            self.cache.with_config(**changes),
+            recorder=self.recorder,
+            templates=self.templates,
+            default_agent=self.default_agent,
+        )
 
     def close(self) -> None:
         """Flush counters and close the cache and recorder (not the wrapped client)."""
@@ -256,22 +373,33 @@ class _CompletionsBase(_Delegating):
     """
 
     def cache_bypass_reason(self, **kwargs: Any) -> str | None:
-        """Why ``create(**kwargs, cache=...)`` would go to the wrapped client as it is (nothing
-        looked up, stored or counted), or ``None`` when the cache answers it."""
+        """Why ``create(**kwargs)`` would go to the wrapped client as it is (nothing looked
+        up, stored or counted), or ``None`` when the cache answers it. Without ``cache=`` in
+        ``kwargs``, on a client with templates: also when no template is recognised."""
         if not _cacheable(kwargs):
             return "n > 1: several choices cannot be answered from one stored answer"
-        return None
+        return _recognition_reason(self._owner, kwargs, chat_prompt)
+
+    def cache_options_for(self, **kwargs: Any) -> CacheOptions | None:
+        """The options ``create(**kwargs)`` without ``cache=`` is filed under: recognised from
+        its prompt by the client's templates (``None``: not recognised, or no templates)."""
+        return _recognised_for(self._owner, kwargs, chat_prompt)
 
     def _options(self, kwargs: dict[str, Any]) -> CacheOptions | None:
         options = _pop_options(kwargs)
-        return options if options is not None and _cacheable(kwargs) else None
+        if options is False or not _cacheable(kwargs):
+            return None
+        if options is True:
+            owner: _Base = self._owner
+            return owner.file_prompt(chat_prompt(kwargs))
+        return options
 
     def _options_with_info(self, kwargs: dict[str, Any], method: str) -> CacheOptions:
-        options = _pop_options(kwargs)
+        options = self._options(kwargs)
         if method == "create":
-            if options is None or not _cacheable(kwargs) or _streams(kwargs):
+            if options is None or _streams(kwargs):
                 raise _not_cacheable("create", "a non-streaming, n=1 request")
-        elif options is None or not _cacheable(kwargs):
+        elif options is None:
             raise _not_cacheable("parse", "an n=1 request")
         return options
 
@@ -291,20 +419,37 @@ class _ResponsesBase(_Delegating):
     """``responses``: which calls the cache answers (see :class:`_CompletionsBase`)."""
 
     def cache_bypass_reason(self, **kwargs: Any) -> str | None:
-        """Why ``create(**kwargs, cache=...)`` would go to the wrapped client as it is (the
-        answer depends on state held by the server, or on the world at call time), or
-        ``None`` when the cache answers it."""
-        return responses_bypass_reason(kwargs)
+        """Why ``create(**kwargs)`` would go to the wrapped client as it is (the answer
+        depends on state held by the server, or on the world at call time), or ``None`` when
+        the cache answers it. Without ``cache=`` in ``kwargs``, on a client with templates:
+        also when no template is recognised."""
+        reason = responses_bypass_reason(kwargs)
+        if reason is not None:
+            return reason
+        return _recognition_reason(self._owner, kwargs, responses_prompt)
+
+    def cache_options_for(self, **kwargs: Any) -> CacheOptions | None:
+        """The options ``create(**kwargs)`` without ``cache=`` is filed under: recognised from
+        its prompt by the client's templates (``None``: not recognised, or no templates)."""
+        return _recognised_for(self._owner, kwargs, responses_prompt)
 
     def _options(self, kwargs: dict[str, Any], method: str) -> CacheOptions | None:
         options = _pop_options(kwargs)
         # Only create replays a stream; responses.parse(stream=True) is not intercepted.
-        if options is None or _responses_bypass(kwargs, streams_cached=method == "create"):
+        if options is False or _responses_bypass(kwargs, streams_cached=method == "create"):
             return None
+        if options is True:
+            owner: _Base = self._owner
+            return owner.file_prompt(responses_prompt(kwargs))
         return options
 
     def _options_with_info(self, kwargs: dict[str, Any], method: str) -> CacheOptions:
-        options = _pop_options(kwargs)
+        popped = _pop_options(kwargs)
+        options: CacheOptions | None = None
+        if isinstance(popped, CacheOptions):
+            options = popped
+        elif popped and not _streams(kwargs) and responses_bypass_reason(kwargs) is None:
+            options = self._owner.file_prompt(responses_prompt(kwargs))
         if options is None:
             raise _not_cacheable(method, "a cacheable request")
         if _streams(kwargs):
@@ -325,28 +470,40 @@ class _LegacyBase(_Delegating):
     def cache_bypass_reason(self, **kwargs: Any) -> str | None:
         """Why ``create(**kwargs, cache=...)`` would go to the wrapped client as it is (several
         prompts or token ids, several choices, ``echo``, ``logprobs``, ``suffix``), or ``None``
-        when the cache answers it."""
-        return completions_bypass_reason(kwargs)
+        when the cache answers it. Without ``cache=`` in ``kwargs``, on a client with
+        templates: also when no template is recognised."""
+        reason = completions_bypass_reason(kwargs)
+        if reason is not None:
+            return reason
+        return _recognition_reason(self._owner, kwargs, completions_prompt)
+
+    def cache_options_for(self, **kwargs: Any) -> CacheOptions | None:
+        """The options ``create(**kwargs)`` without ``cache=`` is filed under (see
+        :meth:`_CompletionsBase.cache_options_for`)."""
+        return _recognised_for(self._owner, kwargs, completions_prompt)
 
     def _options(self, kwargs: dict[str, Any]) -> CacheOptions | None:
         options = _pop_options(kwargs)
-        if options is None:
+        if options is False:
             return None
         reason = completions_bypass_reason(kwargs)
         if reason is not None:
             logger.debug("not cached: %s", reason)
             return None
+        if options is True:
+            owner: _Base = self._owner
+            return owner.file_prompt(completions_prompt(kwargs))
         return options
 
     def _options_with_info(self, kwargs: dict[str, Any]) -> CacheOptions:
-        options = _pop_options(kwargs)
-        if options is None:
-            raise _not_cacheable("create", "a cacheable request")
         if _streams(kwargs):
             raise _not_cacheable("create", "a non-streaming request")
         reason = completions_bypass_reason(kwargs)
         if reason is not None:
             raise _not_cacheable("create", f"a request the cache can answer (here {reason})")
+        options = self._options(kwargs)
+        if options is None:
+            raise _not_cacheable("create", "a cacheable request")
         return options
 
     @staticmethod
@@ -355,6 +512,20 @@ class _LegacyBase(_Delegating):
             return list(completion_chunks(served, usage=include_usage(kwargs)))
 
         return replay
+
+
+def _recognition_reason(
+    owner: _Base, kwargs: Mapping[str, Any], prompt: Callable[[Mapping[str, Any]], Prompt]
+) -> str | None:
+    if kwargs.get("cache") is not None:
+        return None
+    return recognised_options(owner.templates, prompt(kwargs), owner.default_agent)[1]
+
+
+def _recognised_for(
+    owner: _Base, kwargs: Mapping[str, Any], prompt: Callable[[Mapping[str, Any]], Prompt]
+) -> CacheOptions | None:
+    return recognised_options(owner.templates, prompt(kwargs), owner.default_agent)[0]
 
 
 def _responses_bypass(kwargs: dict[str, Any], *, streams_cached: bool) -> bool:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._errors import ConfigurationError
-from ._types import CacheOptions, EmbedMode, Partition, canonical_json
+from ._types import TEMPLATE_MARK, CacheOptions, EmbedMode, Partition, canonical_json
 
 __all__ = ["embedding_text", "keywords_text", "messages_text", "output_params", "partition_for"]
 
@@ -62,7 +62,13 @@ def output_params(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 def partition_for(options: CacheOptions, kwargs: Mapping[str, Any]) -> Partition:
     params = output_params(kwargs)
-    digest = hashlib.sha256(canonical_json(params).encode()).hexdigest()
+    if options.template is not None:
+        # Keyed by the template's text (its digest), not its name: two templates that share a
+        # name never share a table, and a renamed template keeps its tables.
+        keyed = canonical_json({"template": options.template, "params": params})
+        digest = TEMPLATE_MARK + hashlib.sha256(keyed.encode()).hexdigest()
+    else:
+        digest = hashlib.sha256(canonical_json(params).encode()).hexdigest()
     return Partition(
         category=options.category,
         agent=options.agent,

@@ -108,6 +108,18 @@ def info_stats_key(info: CallInfo) -> str:
     )
 
 
+#: The counters' key of calls that reached no table: a call without cache options whose prompt
+#: no template was recognised in (it went to the wrapped client uncached). Not a table.
+UNTABLED_KEY = "untabled"
+
+
+def untabled_counts(counters: Mapping[str, Mapping[str, float]]) -> dict[str, int]:
+    """The counters of calls that reached no table (``unrecognised``), as :class:`CacheStats`
+    fields."""
+    untabled = counters.get(UNTABLED_KEY, {})
+    return {"unrecognised": int(untabled.get("unrecognised", 0))}
+
+
 def _stats_key(category: str, agent: str, model: str, key: str) -> str:
     return json.dumps([category, agent, model, key], ensure_ascii=False)
 
@@ -336,6 +348,9 @@ class CacheStats(BaseModel):
     and how many entries (and bytes of them) the cache holds."""
 
     tables: list[TableStats]
+    #: Calls without cache options whose prompt matched no template, or more than one (with
+    #: ``CachedLLM(..., templates=...)``): sent to the wrapped client uncached, in no table.
+    unrecognised: int = 0
     limits: Limits | None = None
     entries: int | None = None
     bytes: int | None = None
@@ -423,6 +438,11 @@ class CacheStats(BaseModel):
                 lines.append(
                     f"{t.category[:26]:<26} {t.agent[:16]:<16} {', '.join(t.embedded_slots or ())}"
                 )
+        if self.unrecognised:
+            lines.append(
+                f"unrecognised: {self.unrecognised} calls matched no template (or more than "
+                "one) and went to the LLM uncached"
+            )
         if self.limits is not None and self.limits.bounded:
             # Only for a bounded cache: the table above stays the whole output otherwise.
             lines.append(
@@ -567,8 +587,9 @@ class Ledger:
         return self._backend.read_stats()
 
     def stats(self) -> CacheStats:
-        tables = [TableStats.from_counters(k, c) for k, c in self.counters().items()]
-        return CacheStats(tables=tables)
+        counters = self.counters()
+        tables = [TableStats.from_counters(k, c) for k, c in counters.items() if k != UNTABLED_KEY]
+        return CacheStats(tables=tables, **untabled_counts(counters))
 
     def snapshot(self) -> dict[str, Any]:
         """Pending (unflushed) deltas, for debugging."""

@@ -33,7 +33,9 @@ to
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -44,6 +46,12 @@ from ._types import CacheOptions
 __all__ = ["FilledPrompt", "PromptTemplate"]
 
 _NAMED = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: A notes line naming the agent's slot: ``agent slot: !<INPUT 0>!`` / ``{name}`` / ``0``.
+_AGENT_NOTE = re.compile(
+    r"^[ \t]*agent[ _]slot[ \t]*:[ \t]*"
+    r"(?:!<INPUT (\d+)>!|\{([A-Za-z_][A-Za-z0-9_]*)\}|(\w+))[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 _POSITIONAL = re.compile(r"!<INPUT (\d+)>!")
 #: Park et al.'s prompt files: notes (the variables' meanings) above this line, the prompt below.
 COMMENT_MARKER = "<commentblockmarker>###</commentblockmarker>"
@@ -111,20 +119,64 @@ class PromptTemplate(BaseModel):
     system: str | None = None
     keyword_slots: tuple[str, ...] | None = None
     exact_slots: tuple[str, ...] = ()
+    #: The slot that holds the agent's name: a recognised prompt (``CachedLLM(templates=)``)
+    #: is filed under the agent this slot holds.
+    agent_slot: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_from_notes(cls, data: Any) -> Any:
+        # The notes may name the agent's slot (see from_file); a given agent_slot wins.
+        if isinstance(data, dict) and data.get("agent_slot") is None:
+            head, marker, _ = str(data.get("text", "")).partition(COMMENT_MARKER)
+            found = _AGENT_NOTE.search(head) if marker else None
+            if found is not None:
+                data = {**data, "agent_slot": found.group(1) or found.group(2) or found.group(3)}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> PromptTemplate:
         if _NAMED.search(self.prompt) and _POSITIONAL.search(self.prompt):
             raise ValueError(f"template {self.name!r} mixes {{named}} and !<INPUT n>! slots")
-        unknown = [
-            s for s in (*(self.keyword_slots or ()), *self.exact_slots) if s not in self.slots
-        ]
+        named = (*(self.keyword_slots or ()), *self.exact_slots, *filter(None, [self.agent_slot]))
+        unknown = [s for s in named if s not in self.slots]
         if unknown:
             raise ValueError(
                 f"template {self.name!r} has no slot {', '.join(map(repr, unknown))}; "
                 f"its slots are {', '.join(self.slots) or 'none'}"
             )
         return self
+
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], *, name: str | None = None, **fields: Any
+    ) -> PromptTemplate:
+        """A template read from a text file (UTF-8), named by the file's stem.
+
+        The file is the template's ``text``: ``!<INPUT n>!`` slots (Park et al.'s prompt
+        files) or ``{named}`` ones, with optional notes above a
+        ``<commentblockmarker>###</commentblockmarker>`` line. A notes line
+        ``agent slot: <slot>`` (``agent slot: !<INPUT 0>!``, ``agent slot: {name}`` or
+        ``agent slot: 0``) names the slot that holds the agent's name (in any template whose
+        ``agent_slot`` is not given). ``fields`` are any other fields (``system``,
+        ``keyword_slots``, ``exact_slots``, ``agent_slot`` …).
+        """
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"cannot read the template file {file}: {exc}") from exc
+        try:
+            return cls(**{"name": name or file.stem, "text": text, **fields})
+        except ValueError as exc:
+            raise ConfigurationError(f"template file {file}: {exc}") from exc
+
+    @property
+    def notes(self) -> str:
+        """The notes above a Park-style marker line (empty without one): not sent, not part
+        of the template's identity."""
+        head, marker, _ = self.text.partition(COMMENT_MARKER)
+        return head if marker else ""
 
     @property
     def prompt(self) -> str:

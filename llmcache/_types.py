@@ -232,7 +232,15 @@ class CacheOptions(BaseModel):
 
 
 class Partition(BaseModel):
-    """One cache table: a category, an agent and the output-affecting request parameters."""
+    """One cache table: a category, an agent and the output-affecting request parameters.
+
+    A templated call's table (``CacheOptions.template`` set) is keyed by the template's identity
+    instead of its category: ``params_hash`` then starts with :data:`TEMPLATE_MARK` and hashes
+    the template's digest together with the request parameters, and ``key`` leaves the
+    category out, so that ``category`` is only the name the table is shown by. Kept in
+    ``params_hash`` (not a field of its own) so that every backend, which stores a table as
+    its four fields, reads the same key back.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -242,15 +250,27 @@ class Partition(BaseModel):
     model: str = ""
 
     @property
+    def templated(self) -> bool:
+        """Whether the table is keyed by a template's identity rather than its category."""
+        return self.params_hash.startswith(TEMPLATE_MARK)
+
+    @property
     def key(self) -> str:
         """A short stable identifier, safe in file names."""
-        return _partition_key(self.category, self.agent, self.params_hash)
+        # A category is never empty, so a templated key never equals a category's.
+        category = "" if self.templated else self.category
+        return _partition_key(category, self.agent, self.params_hash)
 
     @property
     def pool_key(self) -> str:
-        """The identifier of the table's *pool*: every table of one category and one set of
-        request parameters (one template, any agent), whose wrong-hit evidence they share."""
-        return "pool:" + _partition_key(self.category, "", self.params_hash)
+        """The identifier of the table's *pool*: every table of one category (or one template)
+        and one set of request parameters (any agent), whose wrong-hit evidence they share."""
+        category = "" if self.templated else self.category
+        return "pool:" + _partition_key(category, "", self.params_hash)
+
+
+#: How the ``params_hash`` of a table keyed by its template begins (see :class:`Partition`).
+TEMPLATE_MARK = "t:"
 
 
 @functools.lru_cache(maxsize=4096)

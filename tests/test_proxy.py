@@ -38,7 +38,7 @@ from proxy_support import (
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from llmcache import CacheConfig, CacheOptions, Mode, SemanticCache
+from llmcache import CacheConfig, CacheOptions, Mode, PromptTemplate, SemanticCache
 from llmcache.errors import ConfigurationError
 from llmcache.proxy import ProxyKey, ProxySettings, create_app
 from llmcache.proxy._settings import parse_keys
@@ -573,9 +573,50 @@ def test_an_upstream_that_is_down_gives_502_saying_so(tmp_path: Path) -> None:
             assert error["code"] == "upstream_unavailable" and "down" in error["message"]
 
 
-def test_templates_are_refused_until_the_library_recognises_them(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match="template recognition"):
-        make_app(tmp_path, templates=tmp_path)
+PARK_FILE = """Variables:
+!<INPUT 0>! -- persona name
+!<INPUT 1>! -- event
+agent slot: !<INPUT 0>!
+<commentblockmarker>###</commentblockmarker>
+On the scale of 1 to 10, rate the poignancy of this event for !<INPUT 0>!.
+Event: !<INPUT 1>!
+Rate (return a number between 1 to 10):"""
+
+
+def test_requests_without_options_are_recognised_from_a_template_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    (folder / "poignancy.txt").write_text(PARK_FILE, encoding="utf-8")
+    prompt = PromptTemplate.from_file(folder / "poignancy.txt").fill("Liam Oliver", "a fire")
+    with proxied(tmp_path, templates=folder) as (http, fake):
+        first, again = (chat(http, messages=prompt.messages) for _ in range(2))
+        assert [outcome(r.headers) for r in (first, again)] == ["miss", "hit"]
+        assert again.headers["x-llmcache-table"] == first.headers["x-llmcache-table"]
+        assert again.headers["x-llmcache-category"] == "poignancy"
+        # Through the official client too, and streamed: the same table.
+        client = sdk(http)
+        raw = client.chat.completions.with_raw_response.create(
+            model="gpt-4o-mini", messages=prompt.messages
+        )
+        assert raw.headers["x-llmcache"] == "hit"
+        # A namespaced key's recognised calls are its own (never another tenant's answers);
+        # a key bound to an agent files them under its agent.
+        a1, a2 = (chat(http, key=KEY_A, messages=prompt.messages) for _ in range(2))
+        assert [outcome(r.headers) for r in (a1, a2)] == ["miss", "hit"]
+        assert a1.headers["x-llmcache-table"] != first.headers["x-llmcache-table"]
+        assert a1.headers["x-llmcache-category"] == "tenant-a/poignancy"
+        other = PromptTemplate.from_file(folder / "poignancy.txt").fill("Ethan", "a fire")
+        liam = chat(http, key=KEY_LIAM, messages=other.messages)
+        assert outcome(liam.headers) == "miss"
+        assert liam.headers["x-llmcache-table"] not in (
+            a1.headers["x-llmcache-table"],
+            first.headers["x-llmcache-table"],
+        )
+        # A prompt of no template passes through, counted.
+        assert outcome(chat(http).headers) == "pass"
+        assert len(fake.calls()) == 4
+    with pytest.raises(ConfigurationError, match="no folder"):
+        make_app(tmp_path, templates=tmp_path / "missing")
 
 
 # -- concurrency and metrics, in-process ---------------------------------------------------------
@@ -922,5 +963,5 @@ def test_the_command_refuses_settings_that_cannot_work(tmp_path: Path) -> None:
     assert no_keys.returncode == 2 and "at least one key" in no_keys.stderr
     public = run("--no-auth", "--host", "0.0.0.0")
     assert public.returncode == 2 and "loopback" in public.stderr
-    templates = run("--key", KEY, "--templates", str(tmp_path))
-    assert templates.returncode == 2 and "template recognition" in templates.stderr
+    templates = run("--key", KEY, "--templates", str(tmp_path / "missing"))
+    assert templates.returncode == 2 and "no folder of templates" in templates.stderr

@@ -52,6 +52,7 @@ SURFACE: dict[str, set[str]] = {
         "transfer",
     },
     "llmcache.index": {"AutoIndex", "ExactIndex", "HnswIndex", "VectorIndex"},
+    "llmcache.templates": {"Recognition", "TemplateSet", "load_templates"},
     "llmcache.embedders": {
         "BatchingEmbedder",
         "Embedder",

@@ -55,7 +55,7 @@ from ._errors import RequestError, error_response
 from ._metrics import CONTENT_TYPE, ProxyMetrics
 from ._settings import ProxySettings
 from ._upstream import open_upstream, safe_location
-from ._wire import OPTION_HEADERS, Tenant, cache_options
+from ._wire import OPTION_HEADERS, Tenant, bind_recognised, cache_options
 
 __all__ = ["check_settings", "create_app", "template_recognition_available"]
 
@@ -89,6 +89,9 @@ def _outcome_headers(
             headers["x-llmcache-similarity"] = f"{info.similarity.cosine:.4f}"
         if info.partition_key:
             headers["x-llmcache-table"] = info.partition_key
+        if info.category:
+            # The table's name (a recognised call's template): Latin-1, like every header.
+            headers["x-llmcache-category"] = info.category.encode("ascii", "replace").decode()
     if reason:
         # Headers are Latin-1: the reasons are llmcache's own English sentences.
         headers["x-llmcache-reason"] = reason.encode("ascii", "replace").decode()
@@ -230,23 +233,31 @@ class _Proxy:
         return body
 
     async def _prepare(
-        self, request: Request, endpoint: Any
+        self, request: Request, endpoint: Any, resource: Any = None
     ) -> tuple[dict[str, Any], CacheOptions | None]:
         tenant = self._authenticate(request)
         body = await self._body(request)
         options = cache_options(body, request.headers, tenant)
-        return sdk_kwargs(body, endpoint), options
+        kwargs = sdk_kwargs(body, endpoint)
+        if options is None and resource is not None and self.client.templates is not None:
+            # Recognised here, not by the client's create: the key's binding must apply to
+            # recognised calls as it does to named ones. One that is not recognised goes to
+            # create without options, which counts it and passes it through.
+            found = await asyncio.to_thread(lambda: resource.cache_options_for(**kwargs))
+            if found is not None:
+                options = bind_recognised(found, tenant)
+        return kwargs, options
 
     # -- endpoints ---------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> tuple[Response, str]:
-        kwargs, options = await self._prepare(request, CHAT)
         resource = self.client.chat.completions
+        kwargs, options = await self._prepare(request, CHAT, resource)
         if kwargs.get("stream") is True:
             return await self._stream(resource, kwargs, options, chat_events)
         if options is None:
             return _json(dump(await resource.create(**kwargs)), _outcome_headers("pass")), "pass"
-        reason = resource.cache_bypass_reason(**kwargs)
+        reason = resource.cache_bypass_reason(**kwargs, cache=options)
         if reason is not None:
             answer = await resource.create(**kwargs)
             return _json(dump(answer), _outcome_headers("bypass", reason=reason)), "bypass"
@@ -255,13 +266,13 @@ class _Proxy:
         return _json(body, _outcome_headers(info.outcome, info)), info.outcome
 
     async def responses(self, request: Request) -> tuple[Response, str]:
-        kwargs, options = await self._prepare(request, RESPONSES)
         resource = self.client.responses
+        kwargs, options = await self._prepare(request, RESPONSES, resource)
         if kwargs.get("stream") is True:
             return await self._stream(resource, kwargs, options, response_events)
         if options is None:
             return _json(dump(await resource.create(**kwargs)), _outcome_headers("pass")), "pass"
-        reason = resource.cache_bypass_reason(**kwargs)
+        reason = resource.cache_bypass_reason(**kwargs, cache=options)
         if reason is not None:
             answer = await resource.create(**kwargs)
             return _json(dump(answer), _outcome_headers("bypass", reason=reason)), "bypass"
@@ -270,13 +281,13 @@ class _Proxy:
 
     async def completions(self, request: Request) -> tuple[Response, str]:
         # The legacy Completions API, cached like chat (its chunks are written as chat's are).
-        kwargs, options = await self._prepare(request, COMPLETIONS)
         resource = self.client.completions
+        kwargs, options = await self._prepare(request, COMPLETIONS, resource)
         if kwargs.get("stream") is True:
             return await self._stream(resource, kwargs, options, chat_events)
         if options is None:
             return _json(dump(await resource.create(**kwargs)), _outcome_headers("pass")), "pass"
-        reason = resource.cache_bypass_reason(**kwargs)
+        reason = resource.cache_bypass_reason(**kwargs, cache=options)
         if reason is not None:
             answer = await resource.create(**kwargs)
             return _json(dump(answer), _outcome_headers("bypass", reason=reason)), "bypass"
@@ -294,7 +305,7 @@ class _Proxy:
         if options is None:
             stream = await resource.create(**kwargs)
             return _events(events(stream), _outcome_headers("pass")), "pass"
-        reason = resource.cache_bypass_reason(**kwargs)
+        reason = resource.cache_bypass_reason(**kwargs, cache=options)
         stream = await resource.create(**kwargs, cache=options)
         info: CallInfo | None = getattr(stream, "cache_info", None)
         outcome = info.outcome if info is not None else "bypass"
@@ -457,6 +468,8 @@ def check_settings(settings: ProxySettings) -> None:
             "--templates needs template recognition, which this llmcache does not offer yet "
             "(the cached client takes no templates=): send cache options with each request"
         )
+    if settings.templates is not None and not settings.templates.is_dir():
+        raise ConfigurationError(f"--templates: no folder of templates at {settings.templates}")
 
 
 def create_app(
@@ -473,8 +486,8 @@ def create_app(
     ``settings.cache``. The app owns what it is given: all of it is closed when it stops.
 
     Raises:
-        ConfigurationError: ``settings.templates`` is set but this llmcache cannot recognise
-            templates yet.
+        ConfigurationError: ``settings.templates`` is set but names no folder (or this
+            llmcache cannot recognise templates).
     """
     check_settings(settings)
     proxy = _Proxy(settings, upstream, cache)

@@ -32,7 +32,14 @@ from .. import CacheOptions, EmbedMode, Mode
 from ._errors import RequestError
 from ._settings import valid_namespace
 
-__all__ = ["HEADER_PREFIX", "OPTION_HEADERS", "Tenant", "WireOptions", "cache_options"]
+__all__ = [
+    "HEADER_PREFIX",
+    "OPTION_HEADERS",
+    "Tenant",
+    "WireOptions",
+    "bind_recognised",
+    "cache_options",
+]
 
 HEADER_PREFIX = "x-llmcache-"
 #: The category of a request whose options name none.
@@ -206,6 +213,19 @@ def cache_options(
         )
     except ValidationError as exc:
         raise _refusal(exc) from None
+
+
+def bind_recognised(options: CacheOptions, tenant: Tenant) -> CacheOptions:
+    """A recognised call's options under its key's binding: a namespaced key's tables are its
+    namespace's (the template's identity, which keys the table, and its name both prefixed),
+    and a key bound to an agent files every call it sends under that agent."""
+    update: dict[str, Any] = {}
+    if tenant.namespace is not None:
+        update["category"] = f"{tenant.namespace}/{options.category}"
+        update["template"] = f"{tenant.namespace}/{options.template}"
+    if tenant.agent is not None:
+        update["agent"] = tenant.agent
+    return options.model_copy(update=update) if update else options
 
 
 def _bound(name: str, asked: str | None, bound: str | None) -> str | None:
