@@ -57,10 +57,12 @@ def _ask_together(
     while not batching._busy:  # the first caller holds the model
         threading.Event().wait(0.001)
     rest = [threading.Thread(target=ask, args=(i,)) for i in range(1, len(texts))]
-    for t in rest:
+    for queued, t in enumerate(rest, start=1):
+        # One at a time, each queued before the next starts: the queue's order is the texts'
+        # order (threads started together may queue in any order on a loaded machine).
         t.start()
-    while len(batching._queue) < len(rest):  # every other caller queued behind it
-        threading.Event().wait(0.001)
+        while len(batching._queue) < queued:
+            threading.Event().wait(0.001)
     gated.gate.set()
     for t in [first, *rest]:
         t.join(10)
