@@ -94,16 +94,26 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _usage(completion: Any, messages: Any) -> Usage:
-    u = getattr(completion, "usage", None)
-    prompt = _count(getattr(u, "prompt_tokens", None))
-    completed = _count(getattr(u, "completion_tokens", None))
+def _reported_usage(
+    response: Any, messages: Any, content: str | None, *, fields: tuple[str, str]
+) -> Usage:
+    """The usage the server reported under ``fields`` (prompt's, completion's: each endpoint
+    names them its own way), else an estimate from the messages and the answer's text."""
+    u = getattr(response, "usage", None)
+    prompt = _count(getattr(u, fields[0], None))
+    completed = _count(getattr(u, fields[1], None))
     if prompt is not None and completed is not None and (prompt or completed):
         return Usage(prompt_tokens=prompt, completion_tokens=completed)
     # The server gave no usage: estimate, and say which estimate in the record.
     prompt, source = count_message_tokens(messages)
-    completion_tokens, _ = count_tokens(_content(completion) or "")
+    completion_tokens, _ = count_tokens(content or "")
     return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, source=source)
+
+
+def _usage(completion: Any, messages: Any) -> Usage:
+    return _reported_usage(
+        completion, messages, _content(completion), fields=("prompt_tokens", "completion_tokens")
+    )
 
 
 def _rebuild(entry: CacheEntry, content: str | None, usage: Usage) -> ChatCompletion:
@@ -486,14 +496,9 @@ class ResponsesShape(Shape):
         return any(_field(item, "type") in _TOOL_CALL_ITEMS for item in _items(response))
 
     def usage(self, response: Any, messages: Any) -> Usage:
-        u = getattr(response, "usage", None)
-        prompt = _count(getattr(u, "input_tokens", None))
-        completed = _count(getattr(u, "output_tokens", None))
-        if prompt is not None and completed is not None and (prompt or completed):
-            return Usage(prompt_tokens=prompt, completion_tokens=completed)
-        prompt, source = count_message_tokens(messages)
-        completion_tokens, _ = count_tokens(self.content(response) or "")
-        return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, source=source)
+        return _reported_usage(
+            response, messages, self.content(response), fields=("input_tokens", "output_tokens")
+        )
 
     def dump(self, response: Any) -> dict[str, Any]:
         data: dict[str, Any] = response.model_dump(mode="json", warnings=False)
@@ -700,14 +705,12 @@ class CompletionsShape(Shape):
         return False
 
     def usage(self, response: Any, messages: Any) -> Usage:
-        u = getattr(response, "usage", None)
-        prompt = _count(getattr(u, "prompt_tokens", None))
-        completed = _count(getattr(u, "completion_tokens", None))
-        if prompt is not None and completed is not None and (prompt or completed):
-            return Usage(prompt_tokens=prompt, completion_tokens=completed)
-        prompt, source = count_message_tokens(messages)
-        completion_tokens, _ = count_tokens(self.content(response) or "")
-        return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, source=source)
+        return _reported_usage(
+            response,
+            messages,
+            self.content(response),
+            fields=("prompt_tokens", "completion_tokens"),
+        )
 
     def dump(self, response: Any) -> dict[str, Any]:
         data: dict[str, Any] = response.model_dump(mode="json", warnings=False)

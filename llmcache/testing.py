@@ -155,6 +155,17 @@ def _prompt_chars(request: dict[str, Any]) -> int:
     return sum(len(str(m.get("content") or "")) for m in _turns(request) if isinstance(m, Mapping))
 
 
+def _fake_usage(kwargs: dict[str, Any], text: str) -> dict[str, int]:
+    """The usage a fake server reports: about four characters a token."""
+    prompt = _prompt_chars(kwargs) // 4 + 1
+    completion = len(text) // 4 + 1
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
 def _given(value: Any) -> Any:
     return value if value is not None else omit
 
@@ -449,13 +460,7 @@ class _FakeCore:
             ]
             text = answer
         if self.report_usage and "usage" not in data:
-            prompt = _prompt_chars(kwargs) // 4 + 1
-            completion = len(text) // 4 + 1
-            data["usage"] = {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            }
+            data["usage"] = _fake_usage(kwargs, text)
         if isinstance(answer, Mapping):
             # As the openai SDK turns a server's JSON into a response: without validating it.
             built: ChatCompletion = ChatCompletion.construct(**data)
@@ -542,13 +547,7 @@ class _FakeCore:
             data["choices"] = [{"index": 0, "finish_reason": "stop", "text": answer}]
             text = answer
         if self.report_usage and "usage" not in data:
-            prompt = _prompt_chars(kwargs) // 4 + 1
-            completion = len(text) // 4 + 1
-            data["usage"] = {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            }
+            data["usage"] = _fake_usage(kwargs, text)
         if isinstance(answer, Mapping):
             built: Completion = Completion.construct(**data)
             return built

@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 import openai
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -251,48 +252,40 @@ class _Proxy:
     # -- endpoints ---------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> tuple[Response, str]:
-        resource = self.client.chat.completions
-        kwargs, options = await self._prepare(request, CHAT, resource)
-        if kwargs.get("stream") is True:
-            return await self._stream(resource, kwargs, options, chat_events)
-        if options is None:
-            return _json(dump(await resource.create(**kwargs)), _outcome_headers("pass")), "pass"
-        reason = resource.cache_bypass_reason(**kwargs, cache=options)
-        if reason is not None:
-            answer = await resource.create(**kwargs)
-            return _json(dump(answer), _outcome_headers("bypass", reason=reason)), "bypass"
-        completion, info = await resource.create_with_info(**kwargs, cache=options)
-        body = dump_chat_hit(completion) if info.outcome == "hit" else dump(completion)
-        return _json(body, _outcome_headers(info.outcome, info)), info.outcome
+        return await self._answer(
+            request, self.client.chat.completions, CHAT, chat_events, dump_chat_hit
+        )
 
     async def responses(self, request: Request) -> tuple[Response, str]:
-        resource = self.client.responses
-        kwargs, options = await self._prepare(request, RESPONSES, resource)
-        if kwargs.get("stream") is True:
-            return await self._stream(resource, kwargs, options, response_events)
-        if options is None:
-            return _json(dump(await resource.create(**kwargs)), _outcome_headers("pass")), "pass"
-        reason = resource.cache_bypass_reason(**kwargs, cache=options)
-        if reason is not None:
-            answer = await resource.create(**kwargs)
-            return _json(dump(answer), _outcome_headers("bypass", reason=reason)), "bypass"
-        response, info = await resource.create_with_info(**kwargs, cache=options)
-        return _json(dump(response), _outcome_headers(info.outcome, info)), info.outcome
+        return await self._answer(request, self.client.responses, RESPONSES, response_events, dump)
 
     async def completions(self, request: Request) -> tuple[Response, str]:
         # The legacy Completions API, cached like chat (its chunks are written as chat's are).
-        resource = self.client.completions
-        kwargs, options = await self._prepare(request, COMPLETIONS, resource)
+        return await self._answer(
+            request, self.client.completions, COMPLETIONS, chat_events, dump_chat_hit
+        )
+
+    async def _answer(
+        self,
+        request: Request,
+        resource: Any,
+        endpoint: Any,
+        events: Events,
+        dump_hit: Callable[[BaseModel], bytes],
+    ) -> tuple[Response, str]:
+        """One endpoint's request: passed through, bypassed with its reason, or answered by
+        the cache (a hit's body written by ``dump_hit``), streamed as ``events``."""
+        kwargs, options = await self._prepare(request, endpoint, resource)
         if kwargs.get("stream") is True:
-            return await self._stream(resource, kwargs, options, chat_events)
+            return await self._stream(resource, kwargs, options, events)
         if options is None:
             return _json(dump(await resource.create(**kwargs)), _outcome_headers("pass")), "pass"
         reason = resource.cache_bypass_reason(**kwargs, cache=options)
         if reason is not None:
             answer = await resource.create(**kwargs)
             return _json(dump(answer), _outcome_headers("bypass", reason=reason)), "bypass"
-        completion, info = await resource.create_with_info(**kwargs, cache=options)
-        body = dump_chat_hit(completion) if info.outcome == "hit" else dump(completion)
+        answer, info = await resource.create_with_info(**kwargs, cache=options)
+        body = dump_hit(answer) if info.outcome == "hit" else dump(answer)
         return _json(body, _outcome_headers(info.outcome, info)), info.outcome
 
     async def _stream(
