@@ -31,6 +31,7 @@ from bench_models import header_line, machine_info  # beside this file
 
 from llmcache import CachedLLM, CacheOptions, PromptTemplate, SemanticCache
 from llmcache.embedders import Embedder, MiniLMEmbedder
+from llmcache.templates import TemplateSet
 from llmcache.testing import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,6 +138,18 @@ def main() -> None:
         chosen = _embedded(embedder, args.threshold, template, base, other, persona["name"])
         print(f"{template.name[:24]:<24} {cells[0]}   {cells[1]}  {chosen}")
     n = len(queries["queries"])
+    # The adoption path: would each of these prompts, sent with no cache= at all, be recognised
+    # as the template and slot values it was filled from?
+    recognise = TemplateSet(templates.values())
+    exact = 0
+    for case in queries["queries"]:
+        template = templates[case["template"]]
+        persona = queries["personas"][case["persona"]]
+        for key in ("base", "same", "other"):
+            filled = template.fill(*expand(case[key], persona))
+            found = recognise.recognise(filled.text, filled.system)
+            exact += found.template == template and found.slots == filled.slots
+    print(f"recognised exactly from the prompt text: {exact}/{3 * n} prompts")
     for old, label in ((True, "all slots (old default)"), (False, "chosen (new default)")):
         missed, served = totals[old]
         print(f"{label:<24} other served in {served}/{n} templates; same missed in {missed}/{n}")

@@ -11,9 +11,14 @@ Recognition is exact or nothing. A template is a sequence of literal texts and s
 prompt must be that sequence with each slot replaced by a value, every occurrence of one slot
 by the same value. Where several templates fit, or one template fits with more than one
 assignment of values (two slots side by side with nothing between, a value that contains the
-literal text after its slot), the prompt is *not* recognised and the reason says why: a guess
-would file a call under the wrong table. The search is bounded (``max_steps``), so that no
-prompt can make it run long.
+literal text after its slot), one structural rule of prompt files decides: a slot written
+inside a line of text (``description of !<INPUT 0>!.``) holds one line, while a slot alone on
+its line may hold several (a persona block). Park et al.'s files need it: a name slot followed
+by ``.`` and a line break, then a persona block whose lines end the same way, fits every
+line break otherwise. The rule is used only to choose among fits; a fit found without it is
+taken as it is. Where the rule does not decide either, the prompt is *not* recognised and the
+reason says why: a guess would file a call under the wrong table. The search is bounded
+(``max_steps``), so that no prompt can make it run long.
 
 It is fast: the templates are indexed by the literal text they begin with (or, for templates
 that begin with a slot, end with), so a prompt is matched against the few templates that can
@@ -150,10 +155,19 @@ class _TooLong(Exception):
 class _Matcher:
     """All the ways (up to two) one template's parts fill to the given texts."""
 
-    def __init__(self, segments: list[tuple[tuple[_Part, ...], str]], steps: list[int]) -> None:
+    def __init__(
+        self,
+        segments: list[tuple[tuple[_Part, ...], str]],
+        steps: list[int],
+        *,
+        one_line_inline: bool = False,
+    ) -> None:
         self._segments = segments
         self._steps = steps  # [left]: shared by every template a prompt is matched against
         self._bound: dict[str, str] = {}
+        # The tie-break rule (module documentation): a slot inside a line of text holds no
+        # line break.
+        self._one_line_inline = one_line_inline
         self.found: list[dict[str, str]] = []
 
     def run(self) -> list[dict[str, str]]:
@@ -187,8 +201,11 @@ class _Matcher:
             if text.startswith(known, pos):
                 self._walk(segment, i + 1, pos + len(known))
             return
+        inline = self._one_line_inline and _inline(parts, i)
         for end in self._ends(parts, i, text, pos):
             self._step()
+            if inline and "\n" in text[pos:end]:
+                continue
             self._bound[part.name] = text[pos:end]
             try:
                 self._walk(segment, i + 1, end)
@@ -223,6 +240,19 @@ class _Matcher:
         while found != -1:
             yield found
             found = text.find(after, found + 1)
+
+
+def _inline(parts: tuple[_Part, ...], i: int) -> bool:
+    """Whether the slot ``parts[i]`` shares its line with literal text."""
+    before = parts[i - 1] if i > 0 else "\n"
+    after = parts[i + 1] if i + 1 < len(parts) else "\n"
+    alone = (
+        isinstance(before, str)
+        and before.endswith("\n")
+        and isinstance(after, str)
+        and after.startswith("\n")
+    )
+    return not alone
 
 
 # -- a set of templates ---------------------------------------------------------------------------
@@ -325,10 +355,12 @@ class TemplateSet:
                     segments.insert(0, (c.system, system or ""))
                 found = _Matcher(segments, steps).run()
                 if len(found) > 1:
+                    found = _Matcher(segments, steps, one_line_inline=True).run() or found
+                if len(found) > 1:
                     return Recognition(
                         reason=f"template {c.template.name!r} fills to this prompt in more than "
                         "one way (slots side by side, or a value holding the text after its "
-                        f"slot): {_differ(found)}"
+                        f"slot), even with slots inside a line holding one line: {_differ(found)}"
                     )
                 if found:
                     matches.append((c.template, found[0]))

@@ -77,6 +77,30 @@ def test_multi_line_values_are_given_back_whole() -> None:
     assert _check(t, persona, plan).slots == {"0": persona, "1": plan}
 
 
+def test_a_slot_inside_a_line_holds_one_line_when_the_text_alone_cannot_decide() -> None:
+    # Park et al.'s shape: a name inside a sentence ending ".", a line break, then a persona
+    # block whose own lines end ".": without the rule every such line break fits.
+    t = PromptTemplate(
+        name="poignancy",
+        text="Here is a brief description of !<INPUT 0>!.\n!<INPUT 1>!\n\nRate: !<INPUT 2>!",
+    )
+    persona = "Name: Ann.\nAge: 30.\nInnate traits: kind."
+    assert _check(t, "Ann Lee", persona, "a fire").slots == {
+        "0": "Ann Lee",
+        "1": persona,
+        "2": "a fire",
+    }
+    # A fit found without the rule is taken as it is, line breaks inside a line included.
+    unique = PromptTemplate(name="unique", text="About {who}: {what} (end)")
+    assert _check(unique, who="Ann\nLee", what="x").slots == {"who": "Ann\nLee", "what": "x"}
+
+
+def test_two_blocks_with_only_a_line_break_between_are_never_split_by_guess() -> None:
+    t = PromptTemplate(name="plan", text="!<INPUT 0>!\n!<INPUT 1>!\n\nWhat next?")
+    got = TemplateSet([t]).recognise(t.fill("Name: Ann.\nAge: 30.", "7am wake.\n8am eat.").text)
+    assert got.template is None and "more than one way" in (got.reason or "")
+
+
 def test_values_holding_the_templates_own_text() -> None:
     t = PromptTemplate(name="t", text="Name: {name}\nTask: {task}\nAnswer:")
     task = "Name: Bob\nwrite the Task: line and\nAnswer:"
