@@ -38,7 +38,14 @@ from proxy_support import (
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from llmcache import CacheConfig, CacheOptions, Mode, PromptTemplate, SemanticCache
+from llmcache import (
+    CacheConfig,
+    CacheOptions,
+    CategoryPolicy,
+    Mode,
+    PromptTemplate,
+    SemanticCache,
+)
 from llmcache.errors import ConfigurationError
 from llmcache.proxy import ProxyKey, ProxySettings, create_app
 from llmcache.proxy._settings import parse_keys
@@ -965,3 +972,34 @@ def test_the_command_refuses_settings_that_cannot_work(tmp_path: Path) -> None:
     assert public.returncode == 2 and "loopback" in public.stderr
     templates = run("--key", KEY, "--templates", str(tmp_path / "missing"))
     assert templates.returncode == 2 and "no folder of templates" in templates.stderr
+
+
+def test_a_fallback_on_the_wire_answers_when_every_attempt_was_invalid(tmp_path: Path) -> None:
+    def rating(text: str) -> None:
+        int(text)  # the fake upstream never answers a number: every attempt is invalid
+
+    config = CacheConfig(
+        max_attempts=2, categories={"importance": CategoryPolicy(validator=rating)}
+    )
+    with proxied(tmp_path, config=config) as (http, fake):
+        refused = chat(http, cache=CACHE)
+        assert refused.status_code == 502
+        fell_back = chat(http, cache={**CACHE, "fallback": "5"})
+        assert fell_back.status_code == 200
+        assert fell_back.json()["choices"][0]["message"]["content"] == "5"
+        assert len(fake.calls("/chat/completions")) == 4  # two attempts each, both paid
+        # Never stored: the same request (its options as headers now) asks the upstream again.
+        headers = {
+            **AUTH,
+            "X-LLMCache-Category": "importance",
+            "X-LLMCache-Agent": "Liam Oliver",
+            "X-LLMCache-Keywords": "tree idle",
+            "X-LLMCache-Fallback": "6",
+        }
+        again = http.post(
+            "/v1/chat/completions",
+            json={"model": "gpt-4o-mini", "messages": MSGS},
+            headers=headers,
+        )
+        assert again.json()["choices"][0]["message"]["content"] == "6"
+        assert len(fake.calls("/chat/completions")) == 6

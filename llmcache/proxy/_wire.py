@@ -2,7 +2,8 @@
 
 The names follow what LiteLLM's proxy users know (``cache: {"no-cache": true}`` sent through
 the SDK's ``extra_body``), plus llmcache's own: the table's ``category`` and ``agent``, the
-``keywords`` it is embedded by, the ``mode``, ``embed`` and ``threshold``. Headers carry the
+``keywords`` it is embedded by, the ``mode``, ``embed`` and ``threshold``, and the ``fallback``
+answer of a call whose every attempt was invalid. Headers carry the
 same fields for clients that cannot add a body field; where both say something, the body wins.
 
 What the flags mean (LiteLLM's documented semantics):
@@ -72,6 +73,8 @@ class WireOptions(BaseModel):
     )
     no_cache: bool = Field(default=False, validation_alias=AliasChoices("no-cache", "no_cache"))
     no_store: bool = Field(default=False, validation_alias=AliasChoices("no-store", "no_store"))
+    # The answer text when every attempt was invalid (see CacheOptions.fallback).
+    fallback: str | None = None
 
     @field_validator("keywords", mode="before")
     @classmethod
@@ -98,6 +101,7 @@ _WIRE_NAMES = {
     "s-maxage": "s-maxage",
     "no-cache": "no-cache",
     "no-store": "no-store",
+    "fallback": "fallback",
 }
 _VALID = ", ".join(_WIRE_NAMES)
 #: Every request header that carries an option (lower-cased, as they arrive).
@@ -210,6 +214,7 @@ def cache_options(
             # Without keywords the whole prompt is what a request can be found by.
             embed=wire.embed or (EmbedMode.KEYWORD if wire.keywords else EmbedMode.FULL),
             threshold=wire.threshold,
+            fallback=wire.fallback,
         )
     except ValidationError as exc:
         raise _refusal(exc) from None
