@@ -583,8 +583,15 @@ class _Completions(_CompletionsBase):
     def _run(
         self, kwargs: dict[str, Any], options: CacheOptions, method: str
     ) -> tuple[Any, CallInfo]:
-        send = getattr(self._wrapped, method)
-        return _run(self._owner, send, kwargs, options, self._shape(kwargs, method))
+        shape = self._shape(kwargs, method)
+        send: Callable[..., Any] = self._wrapped.create
+        if isinstance(shape, ParsedChatShape):
+            create, parsed = send, shape
+
+            def send(**request: Any) -> Any:
+                return parsed.parsed_answer(create(**parsed.create_request(request)))
+
+        return _run(self._owner, send, kwargs, options, shape)
 
 
 class _Chat(_Delegating):
@@ -726,8 +733,15 @@ class _AsyncCompletions(_CompletionsBase):
     async def _run(
         self, kwargs: dict[str, Any], options: CacheOptions, method: str
     ) -> tuple[Any, CallInfo]:
-        send = getattr(self._wrapped, method)
-        return await _run_async(self._owner, send, kwargs, options, self._shape(kwargs, method))
+        shape = self._shape(kwargs, method)
+        send: Callable[..., Any] = self._wrapped.create
+        if isinstance(shape, ParsedChatShape):
+            create, parsed = send, shape
+
+            async def send(**request: Any) -> Any:
+                return parsed.parsed_answer(await create(**parsed.create_request(request)))
+
+        return await _run_async(self._owner, send, kwargs, options, shape)
 
 
 class _AsyncChat(_Delegating):

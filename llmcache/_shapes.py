@@ -381,6 +381,32 @@ class ParsedChatShape(Shape):
             # caller tests for): still a ParsedChatCompletion, its ``parsed`` None.
             return self._parsed(completion, typed=False)
 
+    def create_request(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """``request`` as ``chat.completions.create`` takes it: the response_format class
+        turned into the JSON schema the SDK's ``parse`` would send.
+
+        A cached ``parse`` is sent as ``create`` and parsed here: the SDK's ``parse`` raises
+        (pydantic's ValidationError, a finish-reason error) on an answer that does not fit,
+        after the call was paid, and the answer is lost with it. Sent as ``create``, such an
+        answer is an invalid attempt like any other: resubmitted, recorded, never raw."""
+        if isinstance(self.response_format, type):
+            return {
+                **request,
+                "response_format": type_to_response_format_param(self.response_format),
+            }
+        return dict(request)
+
+    def parsed_answer(self, completion: ChatCompletion) -> Any:
+        """The ``ParsedChatCompletion`` of a paid answer, as ``parse`` returns it; one that does
+        not fit stays readable (``parsed`` None, or the completion itself when even that cannot
+        be built) for the validator to refuse."""
+        for typed in (True, False):
+            try:
+                return self._parsed(completion, typed=typed)
+            except Exception:  # the SDK's parse errors are many, and private
+                continue
+        return completion
+
 
 # -- the Responses API -------------------------------------------------------------------------
 

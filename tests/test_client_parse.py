@@ -27,7 +27,7 @@ class Score(BaseModel):
     score: int
 
 
-def test_parse_miss_is_the_sdks_own_call_and_a_hit_is_a_parsed_completion(
+def test_parse_miss_sends_what_the_sdks_parse_sends_and_a_hit_is_a_parsed_completion(
     tmp_path: Path,
 ) -> None:
     fake = FakeOpenAI(lambda r: '{"score": 7}')
@@ -41,10 +41,11 @@ def test_parse_miss_is_the_sdks_own_call_and_a_hit_is_a_parsed_completion(
         model="m", messages=MSGS, response_format=Score, temperature=0, cache=opts()
     )
     assert (i1.outcome, i2.outcome, len(fake.calls)) == ("miss", "hit", 1)
-    # Every keyword went to the SDK's parse as given: the class itself, not a schema.
+    # Sent as create with the JSON schema the SDK's parse would send, every other keyword as
+    # given, and parsed here (so that an answer that does not fit is an invalid attempt).
     assert fake.calls[0] == {
-        "model": "m", "messages": MSGS, "response_format": Score, "temperature": 0,
-        "extra_headers": headers,
+        "model": "m", "messages": MSGS, "response_format": type_to_response_format_param(Score),
+        "temperature": 0, "extra_headers": headers,
     }  # fmt: skip
     for reply in (r1, r2):
         assert isinstance(reply, ParsedChatCompletion)
@@ -56,6 +57,20 @@ def test_parse_miss_is_the_sdks_own_call_and_a_hit_is_a_parsed_completion(
         model="m", messages=MSGS, response_format=Score, temperature=0, cache=opts()
     )
     assert isinstance(r3.choices[0].message.parsed, Score) and len(fake.calls) == 1
+
+
+def test_an_answer_that_does_not_fit_is_resubmitted_never_raised_raw(tmp_path: Path) -> None:
+    # The SDK's own parse raises pydantic's ValidationError on such an answer after the call
+    # was paid; through the cache it is an invalid attempt, and the next one is parsed.
+    fake = FakeOpenAI(scripted(['{"score": "high"}', "not json", '{"score": 3}']))
+    client = make(tmp_path, fake)
+    reply, info = client.chat.completions.parse_with_info(
+        model="m", messages=MSGS, response_format=Score, cache=opts()
+    )
+    assert isinstance(reply, ParsedChatCompletion) and reply.choices[0].message.parsed == Score(
+        score=3
+    )
+    assert (info.outcome, info.attempts, len(fake.calls)) == ("miss", 3, 3)
 
 
 def test_the_key_is_the_models_schema_not_its_python_identity(tmp_path: Path) -> None:
@@ -171,7 +186,9 @@ def test_async_parse_miss_and_hit(tmp_path: Path) -> None:
             assert isinstance(reply, ParsedChatCompletion)
             assert reply.choices[0].message.parsed == Score(score=8)
         assert r2.id.startswith("chatcmpl-llmcache-")
-        assert fake.calls[0]["response_format"] is Score and "cache" not in fake.calls[0]
+        sent = fake.calls[0]
+        assert sent["response_format"] == type_to_response_format_param(Score)
+        assert "cache" not in sent
         client.close()
 
     asyncio.run(main())
