@@ -9,9 +9,9 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
 - a slot is **exact** when the call names it (``exact_slots``) or, unless detection is off
   (``CacheConfig(detect_exact=False)``), when its value is a time, a date or a numeric range
   as a whole (``09:00 AM``, ``2023-02-13``, ``February 13, 2023, 10:00 pm``, ``10:00 - 11:00``,
-  ``3 to 5``): embeddings cannot tell ``09:00 AM`` from ``10:00 PM`` (cosine 0.991 with
-  MiniLM), so a candidate whose value differs is never served, and exact slots are not
-  embedded;
+  ``3 to 5``): embeddings score ``09:00 AM`` and ``10:00 PM`` as near-identical
+  (``docs/performance.md``), so a candidate whose value differs is never served, and exact
+  slots are not embedded;
 - of the other slots, those whose values have **varied** within the table are embedded; until
   the table has seen any vary (its first calls), all of them are;
 - in **deciding order**: shortest first, by the longest value the slot has held in the table
