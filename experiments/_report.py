@@ -829,12 +829,20 @@ def _budget_goals(b: BudgetResult, run: BudgetRun, groups: Sequence[str]) -> lis
     ]
     unmeasured = [g for g in checked if run.groups[g].paired.high is None]
     where = ", ".join(checked) if checked else "none served that many"
-    lines.append(
-        f"{run.mode}: the excess's 95% upper bound is within δ = {_points(delta, 0)} points "
-        f"overall and in every group with at least 50 served answers ({where})."
-        if not over
-        else f"{run.mode}: the excess's 95% upper bound is over δ in " + ", ".join(over) + "."
-    )
+    if total.paired.high is None:
+        # Nothing served (or nothing paired): there is no excess to hold within δ, and
+        # saying it is "within" would read as a goal met.
+        lines.append(
+            f"{run.mode}: no excess to bound: {total.hits} answers served, none paired with a "
+            "second answer."
+        )
+    else:
+        lines.append(
+            f"{run.mode}: the excess's 95% upper bound is within δ = {_points(delta, 0)} points "
+            f"overall and in every group with at least 50 served answers ({where})."
+            if not over
+            else f"{run.mode}: the excess's 95% upper bound is over δ in " + ", ".join(over) + "."
+        )
     if unmeasured:
         lines.append(f"{run.mode}: no second answers to pair in " + ", ".join(unmeasured) + ".")
     lines.append(
