@@ -460,7 +460,7 @@ class _ResponsesBase(_Delegating):
         return options
 
     @staticmethod
-    def _shape(kwargs: dict[str, Any]) -> Shape:
+    def _shape(kwargs: dict[str, Any]) -> ResponsesShape:
         return ResponsesShape(kwargs)
 
 
@@ -634,8 +634,15 @@ class _Responses(_ResponsesBase):
     def _run(
         self, kwargs: dict[str, Any], options: CacheOptions, method: str
     ) -> tuple[Any, CallInfo]:
-        send = getattr(self._wrapped, method)
-        return _run(self._owner, send, kwargs, options, self._shape(kwargs))
+        shape = self._shape(kwargs)
+        send: Callable[..., Any] = getattr(self._wrapped, method)
+        if method == "parse" and shape.parses_locally:
+            create = self._wrapped.create
+
+            def send(**request: Any) -> Any:
+                return shape.parsed_answer(create(**shape.create_request(request)))
+
+        return _run(self._owner, send, kwargs, options, shape)
 
 
 class _LegacyCompletions(_LegacyBase):
@@ -780,8 +787,15 @@ class _AsyncResponses(_ResponsesBase):
     async def _run(
         self, kwargs: dict[str, Any], options: CacheOptions, method: str
     ) -> tuple[Any, CallInfo]:
-        send = getattr(self._wrapped, method)
-        return await _run_async(self._owner, send, kwargs, options, self._shape(kwargs))
+        shape = self._shape(kwargs)
+        send: Callable[..., Any] = getattr(self._wrapped, method)
+        if method == "parse" and shape.parses_locally:
+            create = self._wrapped.create
+
+            async def send(**request: Any) -> Any:
+                return shape.parsed_answer(await create(**shape.create_request(request)))
+
+        return await _run_async(self._owner, send, kwargs, options, shape)
 
 
 class _AsyncLegacyCompletions(_LegacyBase):

@@ -655,6 +655,33 @@ class ResponsesShape(Shape):
             # A fallback text that does not fit text_format: a ParsedResponse all the same.
             return parse_response(text_format=_OMIT, input_tools=tools, response=response)
 
+    @property
+    def parses_locally(self) -> bool:
+        """Whether a ``parse`` call goes out as ``create`` and is parsed here (see
+        :meth:`ParsedChatShape.create_request`): with a ``text_format`` class and no tools (the
+        SDK turns parseable tools into wire tools by a private helper; those calls keep the
+        SDK's own ``parse``)."""
+        return isinstance(self.text_format, type) and not given(self.tools)
+
+    def create_request(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``parse`` request as ``responses.create`` takes it: ``text_format`` replaced by
+        the text format the SDK's ``parse`` would send."""
+        sent = {k: v for k, v in request.items() if k != "text_format"}
+        text = dict(sent.get("text") or {})
+        text["format"] = type_to_text_format_param(self.text_format)
+        sent["text"] = text
+        return sent
+
+    def parsed_answer(self, response: Response) -> Any:
+        """The ``ParsedResponse`` of a paid answer; one that does not fit stays readable for
+        the validator to refuse (see :meth:`ParsedChatShape.parsed_answer`)."""
+        for text_format in (self.text_format, _OMIT):
+            try:
+                return parse_response(text_format=text_format, input_tools=_OMIT, response=response)
+            except Exception:  # the SDK's parse errors are many, and private
+                continue
+        return response
+
 
 def _responses_tools(tools: Any) -> Any:
     """The tools as ``responses.parse`` hands them to ``parse_response``."""

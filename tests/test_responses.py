@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from client_support import make, opts
+from openai.lib._parsing._responses import type_to_text_format_param
 from openai.types.responses import ParsedResponse, Response
 from pydantic import BaseModel
 
@@ -16,7 +17,7 @@ from llmcache import AsyncCachedLLM, CategoryPolicy, EmbedMode, Mode, SemanticCa
 from llmcache.errors import ConfigurationError
 from llmcache.modifiers import ModifyContext, Revise
 from llmcache.recording import read_records
-from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, HashEmbedder
+from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, HashEmbedder, scripted
 
 INSTRUCTIONS = "You rate how important a memory is."
 INPUT = "Memory: Tree in Victoria Park is Idle. Rate 1-10."
@@ -94,10 +95,22 @@ def test_text_format_splits_tables_and_parse_returns_the_model(tmp_path: Path) -
     )
     p2 = client.responses.parse(model="m", input=INPUT, text_format=Score, cache=opts())
     assert i1.outcome == "miss" and len(fake.calls) == 3
-    assert fake.calls[2]["text_format"] is Score  # the SDK's parse does the conversion
+    # Sent as create with the text format the SDK's parse would send, and parsed here.
+    assert "text_format" not in fake.calls[2]
+    assert fake.calls[2]["text"] == {"format": type_to_text_format_param(Score)}
     for reply in (p1, p2):
         assert isinstance(reply, ParsedResponse) and reply.output_parsed == Score(score=3)
     assert p2.id.startswith("resp_llmcache_")
+
+
+def test_a_parse_answer_that_does_not_fit_is_resubmitted_never_raised_raw(tmp_path: Path) -> None:
+    fake = FakeOpenAI(scripted(['{"score": "high"}', '{"score": 6}']))
+    client = make(tmp_path, fake)
+    reply, info = client.responses.parse_with_info(
+        model="m", input=INPUT, text_format=Score, cache=opts()
+    )
+    assert isinstance(reply, ParsedResponse) and reply.output_parsed == Score(score=6)
+    assert (info.outcome, info.attempts, len(fake.calls)) == ("miss", 2, 2)
 
 
 @pytest.mark.parametrize(
