@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from openai import omit as _OMIT
@@ -149,19 +149,25 @@ def _is_tool_call_entry(entry: CacheEntry) -> bool:
         return False
 
 
-def _answer_problem(entry: CacheEntry) -> str | None:
-    """Why a stored entry cannot be served as a ChatCompletion, or ``None`` when it can.
+def _rebuild_problem(rebuild: Callable[[], Any], what: str) -> str | None:
+    """Why a stored entry cannot be served as ``what`` (``rebuild`` raised), or ``None``.
 
     An entry can decode and pass its checksum yet no longer validate (written by a version with
     another openai SDK, or edited): then it is dropped and counted like any damaged entry, rather
     than failing every call that finds it.
     """
     try:
-        _rebuild(entry, None if _is_tool_call_entry(entry) else entry.content, Usage())
+        rebuild()
     except (ValidationError, KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"its stored completion is no longer a valid ChatCompletion ({reason})"
+        return f"its stored response is no longer a valid {what} ({reason})"
     return None
+
+
+def _answer_problem(entry: CacheEntry) -> str | None:
+    """Why a stored entry cannot be served as a ChatCompletion, or ``None`` when it can."""
+    content = None if _is_tool_call_entry(entry) else entry.content
+    return _rebuild_problem(lambda: _rebuild(entry, content, Usage()), "ChatCompletion")
 
 
 def _as_message(message: Any, index: int) -> dict[str, Any]:
@@ -591,14 +597,8 @@ class ResponsesShape(Shape):
         )
 
     def answer_problem(self, entry: CacheEntry) -> str | None:
-        try:
-            self._response(
-                entry, None if self.is_tool_call_entry(entry) else entry.content, Usage()
-            )
-        except (ValidationError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            return f"its stored response is no longer a valid Response ({reason})"
-        return None
+        content = None if self.is_tool_call_entry(entry) else entry.content
+        return _rebuild_problem(lambda: self._response(entry, content, Usage()), "Response")
 
     def revision_request(
         self, request: Mapping[str, Any], messages: list[dict[str, Any]]
@@ -789,12 +789,7 @@ class CompletionsShape(Shape):
         return False
 
     def answer_problem(self, entry: CacheEntry) -> str | None:
-        try:
-            self.rebuild(entry, entry.content, Usage())
-        except (ValidationError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            return f"its stored completion is no longer a valid Completion ({reason})"
-        return None
+        return _rebuild_problem(lambda: self.rebuild(entry, entry.content, Usage()), "Completion")
 
     def revision_request(
         self, request: Mapping[str, Any], messages: list[dict[str, Any]]

@@ -37,7 +37,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from openai import omit
 from openai.lib._parsing import parse_chat_completion, validate_input_tools
@@ -153,6 +153,9 @@ class ScriptedVerifier:
 
 def _prompt_chars(request: dict[str, Any]) -> int:
     return sum(len(str(m.get("content") or "")) for m in _turns(request) if isinstance(m, Mapping))
+
+
+_Built = TypeVar("_Built", ChatCompletion, Completion)
 
 
 def _fake_usage(kwargs: dict[str, Any], text: str) -> dict[str, int]:
@@ -435,6 +438,22 @@ class _FakeCore:
             n = next(self._ids)
         return n, self.responder(kwargs)
 
+    def _built(
+        self,
+        cls: type[_Built],
+        data: dict[str, Any],
+        answer: Any,
+        kwargs: dict[str, Any],
+        text: str,
+    ) -> _Built:
+        """``data`` as a ``cls`` with the fake usage added; a responder's own mapping is taken
+        as the openai SDK takes a server's JSON: without validating it."""
+        if self.report_usage and "usage" not in data:
+            data["usage"] = _fake_usage(kwargs, text)
+        if isinstance(answer, Mapping):
+            return cls.construct(**data)
+        return cls.model_validate(data)
+
     def answer(self, kwargs: dict[str, Any]) -> ChatCompletion:
         n, answer = self._take(kwargs)
         if isinstance(answer, ChatCompletion):
@@ -459,13 +478,7 @@ class _FakeCore:
                 }
             ]
             text = answer
-        if self.report_usage and "usage" not in data:
-            data["usage"] = _fake_usage(kwargs, text)
-        if isinstance(answer, Mapping):
-            # As the openai SDK turns a server's JSON into a response: without validating it.
-            built: ChatCompletion = ChatCompletion.construct(**data)
-            return built
-        return ChatCompletion.model_validate(data)
+        return self._built(ChatCompletion, data, answer, kwargs, text)
 
     def stream(self, kwargs: dict[str, Any]) -> list[ChatCompletionChunk]:
         """``create(stream=True)``: the answer, as the chunks a server streams."""
@@ -546,12 +559,7 @@ class _FakeCore:
         else:
             data["choices"] = [{"index": 0, "finish_reason": "stop", "text": answer}]
             text = answer
-        if self.report_usage and "usage" not in data:
-            data["usage"] = _fake_usage(kwargs, text)
-        if isinstance(answer, Mapping):
-            built: Completion = Completion.construct(**data)
-            return built
-        return Completion.model_validate(data)
+        return self._built(Completion, data, answer, kwargs, text)
 
     def parse_response(self, kwargs: dict[str, Any]) -> Any:
         """``responses.parse``: the answer, parsed into ``text_format`` by the SDK's helper."""
