@@ -13,7 +13,10 @@ is at most δ. The bound is Newcombe's hybrid score interval for a difference of
 proportions (its "method 10"), built from the Wilson intervals of the two rates. The second
 rate is the model's **self-disagreement**, measured on *pairs* of fresh answers to one prompt
 under the same equivalence. For a deterministic upstream it is 0, and then the bound is the
-Wilson upper bound of the plain wrong-hit rate: one rule, not two modes. The idea of a user
+Wilson upper bound of the plain wrong-hit rate: one rule, not two modes. The same plain bound
+applies until there are 20 pairs and, at the threshold tested, 30 labels: with fewer, the
+difference's interval is loose enough that re-testing every threshold after every label proves
+an over-budget table by chance (``CREDIT_MIN_PAIRS``, ``CREDIT_MIN_LABELS``). The idea of a user
 error bound with thresholds learned from labels is vCache's; this is a reimplementation per
 table, relative to the model's variability, and shares no code with it.
 
@@ -75,6 +78,8 @@ logger = logging.getLogger("llmcache")
 
 __all__ = [
     "BIN_WIDTH",
+    "CREDIT_MIN_LABELS",
+    "CREDIT_MIN_PAIRS",
     "EXACT_THRESHOLD",
     "LABEL_FLOOR",
     "NO_HIT_THRESHOLD",
@@ -91,6 +96,7 @@ __all__ = [
     "pairs_wanted",
     "pool_of",
     "proven_threshold",
+    "proving_bound",
     "same_answer",
     "table_stats",
     "wilson_interval",
@@ -116,6 +122,9 @@ NO_HIT_THRESHOLD = 2.0  # above every cosine
 # One-sided 95% (the bound the budget keeps) and two-sided 95% (the interval `stats` shows).
 _Z_ONE_SIDED = 1.6449
 _Z_TWO_SIDED = 1.96
+# One-sided 99%: the level at which a bound that credits the model's self-disagreement must
+# prove a threshold (see CREDIT_MIN_PAIRS).
+_Z_CREDITED = 2.3263
 
 # Exploration: until labels prove a threshold safe, every would-be hit is also paid for (an
 # unproven threshold must not serve). Once proven, the probability is START / (1 + explored),
@@ -131,6 +140,17 @@ _EXPLORE_FLOOR = 0.005
 # agreeing pairs come.
 TWIN_MIN = 20
 TWIN_MAX = 2000
+
+# The model's self-disagreement is credited only from this many pairs, at a threshold with this
+# many labels at or above it, and a credited bound proves a threshold at one-sided 99%, not 95%.
+# A table re-tests every bin edge after every label, so a bound that is loose at small counts
+# is met by chance early and often; Newcombe's interval, built from two Wilson intervals, is
+# loose exactly there, and the difference of two rates varies more than the plain one
+# (tests/test_budget_false_proof.py measures how often, with and without these rules). Below
+# the floors the plain wrong-hit rate's bound applies (no credit); and a credited bound is never
+# used where the plain one is lower, so the credit can only ever loosen a table's threshold.
+CREDIT_MIN_PAIRS = TWIN_MIN
+CREDIT_MIN_LABELS = 30
 
 # How often a process re-reads labels other processes added.
 _RELOAD_S = 30.0
@@ -177,14 +197,15 @@ def excess_interval(
     Without pairs, or with pairs that never disagreed, the second rate is taken as 0: no credit
     for variability nobody saw, and a model that has not disagreed with itself is held to the
     plain wrong-hit rate both ways. The interval is then the first rate's own Wilson interval,
-    which makes the budget of a deterministic model exactly the plain budget. Without labels
-    it is ``(-1, 1)``.
+    which makes the budget of a deterministic model exactly the plain budget. The same holds
+    below :data:`CREDIT_MIN_PAIRS` pairs or :data:`CREDIT_MIN_LABELS` labels, where the
+    difference's interval is not to be trusted. Without labels it is ``(-1, 1)``.
     """
     if n <= 0:
         return -1.0, 1.0
     p1 = wrong / n
     low1, high1 = wilson_interval(wrong, n, z)
-    if pairs <= 0 or disagree <= 0:
+    if not _credited(n, disagree, pairs):
         return low1, high1
     p0 = disagree / pairs
     low0, high0 = wilson_interval(disagree, pairs, z)
@@ -192,6 +213,23 @@ def excess_interval(
     low = diff - math.sqrt((p1 - low1) ** 2 + (high0 - p0) ** 2)
     high = diff + math.sqrt((high1 - p1) ** 2 + (p0 - low0) ** 2)
     return max(-1.0, low), min(1.0, high)
+
+
+def proving_bound(wrong: int, n: int, disagree: int, pairs: int) -> float:
+    """The upper bound of the excess that must be at most δ for a threshold to be proven: the
+    one-sided 95% bound of :func:`excess_interval`, or, where that credits the model's
+    self-disagreement, the one-sided 99% bound, but never above the plain wrong-hit rate's
+    one-sided 95% bound (see :data:`CREDIT_MIN_PAIRS`)."""
+    plain = excess_interval(wrong, n, 0, 0, _Z_ONE_SIDED)[1]
+    if not _credited(n, disagree, pairs):
+        return plain
+    return min(plain, excess_interval(wrong, n, disagree, pairs, _Z_CREDITED)[1])
+
+
+def _credited(n: int, disagree: int, pairs: int) -> bool:
+    """Whether an excess over ``n`` labels is given credit for a self-disagreement of
+    ``disagree`` among ``pairs`` pairs (see :data:`CREDIT_MIN_PAIRS`)."""
+    return disagree > 0 and pairs >= CREDIT_MIN_PAIRS and n >= CREDIT_MIN_LABELS
 
 
 def _bin(cosine: float) -> int | None:
@@ -356,7 +394,9 @@ def decide(
     p_n, p_d = pairs.pairs, pairs.pairs_differ
 
     def bounds(n: int, wrong: int) -> tuple[float, float]:
-        return excess_interval(wrong, n, p_d, p_n, _Z_ONE_SIDED)
+        return excess_interval(wrong, n, p_d, p_n, _Z_ONE_SIDED)[0], proving_bound(
+            wrong, n, p_d, p_n
+        )
 
     own = _cumulative(table)
     shared = _cumulative(pool) if pool is not None else None

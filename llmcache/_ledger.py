@@ -269,7 +269,8 @@ class TableStats(BaseModel):
     pool_labels: int = 0  # labels of the table's pool (every table of its template)
     threshold_source: str | None = None  # whose labels prove the threshold: "table" or "pool"
     # At the threshold in force: wrong-hit rate minus self-disagreement, and its two-sided 95%
-    # interval (Newcombe's, for a difference of two rates). The budget bounds its upper end.
+    # interval (Newcombe's, for a difference of two rates). What the budget keeps at most δ is
+    # its one-sided upper bound: at 95%, or at 99% where it credits the self-disagreement.
     excess: float | None = None
     excess_ci: tuple[float, float] | None = None
     # Hits served from one of several near-identical answers drawn at random (variety).
