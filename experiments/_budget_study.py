@@ -296,7 +296,7 @@ def _online(
                     baseline_usd=q.cost_usd,
                     spent_usd=info.cost_usd,
                 )
-            _table_figures(serving, setup.queries, tally, first_hit)
+            _table_figures(serving, setup.queries, tally, first_hit, pooled=pooled)
         finally:
             cache.close()
     run = BudgetRun(
@@ -351,15 +351,22 @@ def _random(setup: _Setup, mode: str) -> tuple[BudgetRun, _Tally]:
 
 
 def _table_figures(
-    cache: SemanticCache, queries: Sequence[Prompt], tally: _Tally, first_hit: dict[str, int]
+    cache: SemanticCache,
+    queries: Sequence[Prompt],
+    tally: _Tally,
+    first_hit: dict[str, int],
+    *,
+    pooled: bool,
 ) -> None:
     """The tables' own view at the end, per group: labels, tables closed, held back (their
     own labels show them over budget) and whether any of those served, the median threshold
-    in force of the open tables, and the model's self-disagreement as the cache estimated it."""
+    in force of the open tables, and the model's self-disagreement as the cache estimated it:
+    over the pairs of every table of the group, or of every pool when the tables pool (a
+    pool's tables all show its pairs, which are counted once)."""
     group_of = {q.category: q.group for q in queries}
     figures: dict[str, Counter[str]] = defaultdict(Counter)
     thresholds: dict[str, list[float]] = defaultdict(list)
-    disagreement: dict[str, tuple[int, int]] = {}
+    disagreement: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
     for table in cache.stats().tables:
         group = group_of.get(table.category)
         if group is None:
@@ -376,15 +383,20 @@ def _table_figures(
             figures[g]["served_while_over"] += int(over and name in first_hit)
             if not table.closed and table.threshold_in_force is not None:
                 thresholds[g].append(table.threshold_in_force)
-            if table.self_disagreement is not None and g not in disagreement:
+            if table.self_disagreement is not None:
                 n = table.self_disagreement_pairs
-                disagreement[g] = (round(table.self_disagreement * n), n)
+                source = (
+                    f"{table.category} / {table.model}" if pooled else f"{name} / {table.model}"
+                )
+                disagreement[g][source] = (round(table.self_disagreement * n), n)
     for g, row in tally.groups.items():
         for name, value in figures.get(g, Counter()).items():
             setattr(row, name, value)
         row.threshold_median = median(thresholds[g]) if thresholds.get(g) else None
-        if g in disagreement and disagreement[g][1]:
-            row.self_disagreement = disagreement[g][0] / disagreement[g][1]
+        differ = sum(d for d, _ in disagreement[g].values())
+        pairs = sum(n for _, n in disagreement[g].values())
+        if pairs:
+            row.self_disagreement = differ / pairs
 
 
 def _distinct(contents: Sequence[str]) -> float | None:

@@ -856,11 +856,23 @@ def _pooling_line(pooled: BudgetRun, alone: BudgetRun) -> str:
     """What pooling saved: the labels of its own a table held at its first hit."""
     firsts = pooled.first_hit_labels
     if not firsts:
-        return f"{pooled.mode}: no table served under either evidence, so pooling saved nothing."
+        alone_firsts = alone.first_hit_labels
+        if not alone_firsts:
+            return (
+                f"{pooled.mode}: no table served under either evidence, so pooling saved nothing."
+            )
+        return (
+            f"{pooled.mode}: no table served with pooled evidence, while on their own evidence "
+            f"{len(alone_firsts)} served, after a median of {median(alone_firsts.values()):g} "
+            "labels of their own: here pooling was the stricter of the two."
+        )
     mine = [firsts[t] for t in firsts]
     theirs = [alone.first_hit_labels.get(t) for t in firsts]
     served_alone = [n for n in theirs if n is not None]
     never = len(theirs) - len(served_alone)
+    unserved = [
+        alone.never_served_labels.get(t, 0) for t in firsts if t not in alone.first_hit_labels
+    ]
     med_pooled = median(mine)
     text = (
         f"{pooled.mode}: the {len(firsts)} tables that served with pooled evidence held a median "
@@ -869,7 +881,7 @@ def _pooling_line(pooled: BudgetRun, alone: BudgetRun) -> str:
     if never * 2 >= len(theirs):
         return text + (
             f"; on their own evidence {never} of them never served (so the median is "
-            f"unbounded: at least {min(alone.never_served_labels.values(), default=0)} labels "
+            f"unbounded: at least {min(unserved, default=0)} labels "
             "were not enough)."
         )
     med_alone = median([n if n is not None else math.inf for n in theirs])

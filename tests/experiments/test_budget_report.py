@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments._report import _budget_goals
+from experiments._report import _budget_goals, _pooling_line
 from experiments._results import BudgetGroup, BudgetResult, BudgetRun, PairedExcess
 
 
@@ -30,3 +30,30 @@ def test_an_excess_whose_upper_bound_passes_is_within_and_one_over_is_over() -> 
     assert any(
         "over δ in all (upper bound +9.0)" in line for line in _budget_goals(result, over, [])
     )
+
+
+def _firsts(pooled: bool, firsts: dict[str, int], never: dict[str, int]) -> BudgetRun:
+    run = _run(len(firsts), None)
+    return run.model_copy(
+        update={"pooled": pooled, "first_hit_labels": firsts, "never_served_labels": never}
+    )
+
+
+def test_pooling_line_says_which_evidence_served() -> None:
+    nothing = _firsts(True, {}, {"a / x": 9, "b / x": 4})
+    assert "no table served under either evidence" in _pooling_line(nothing, nothing)
+    alone = _firsts(False, {"a / x": 11}, {"b / x": 4})
+    line = _pooling_line(nothing, alone)
+    assert "no table served with pooled evidence" in line
+    assert "1 served, after a median of 11 labels" in line
+    assert "either evidence" not in line
+
+
+def test_pooling_line_bounds_the_unserved_by_their_own_labels() -> None:
+    pooled = _firsts(True, {"a / x": 2, "b / x": 3}, {})
+    alone = _firsts(False, {}, {"a / x": 40, "b / x": 30, "c / x": 1})
+    line = _pooling_line(pooled, alone)
+    assert "2 of them never served" in line
+    assert "at least 30 labels" in line  # not c's 1: c never served with pooling either
+    both = _firsts(False, {"a / x": 8, "b / x": 12}, {})
+    assert "(4.0× fewer; 0 never served alone)" in _pooling_line(pooled, both)

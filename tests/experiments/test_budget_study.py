@@ -15,9 +15,12 @@ from experiments._budget_study import (
     _paired,
     _sample,
     _Served,
+    _table_figures,
+    _Tally,
     equivalence,
 )
-from experiments._data import Prompt
+from experiments._data import ALL, Prompt
+from llmcache.types import TableStats
 
 
 def _call(category: str, options: list[str] | None = None) -> TownCall:
@@ -127,3 +130,38 @@ def test_the_static_comparison_is_the_librarys_default() -> None:
     from llmcache import CacheConfig
 
     assert CacheConfig().threshold == STATIC_THRESHOLD
+
+
+class _Stats:
+    """A cache's stats as `_table_figures` reads them: two tables of one template."""
+
+    def __init__(self, pooled: bool) -> None:
+        def table(agent: str, differ: int, n: int) -> TableStats:
+            return TableStats(
+                category="importance score",
+                agent=agent,
+                model="m",
+                key=f"importance score/{agent}",
+                self_disagreement=differ / n,
+                self_disagreement_pairs=n,
+            )
+
+        # Pooled, both tables show their pool's pairs (4 of 10 differ); alone, their own.
+        self.tables = (
+            [table("Alice", 4, 10), table("Bob", 4, 10)]
+            if pooled
+            else [table("Alice", 1, 2), table("Bob", 3, 8)]
+        )
+
+    def stats(self) -> _Stats:
+        return self
+
+
+@pytest.mark.parametrize("pooled", [True, False])
+def test_a_groups_self_disagreement_counts_every_pair_once(pooled: bool) -> None:
+    tally = _Tally()
+    tally.add("importance", queries=1)
+    _table_figures(_Stats(pooled), [_prompt(0)], tally, {}, pooled=pooled)  # type: ignore[arg-type]
+    for group in ("importance", ALL):
+        assert tally.groups[group].self_disagreement == pytest.approx(0.4)
+        assert tally.groups[group].tables == 2
