@@ -13,10 +13,10 @@ is at most δ. The bound is Newcombe's hybrid score interval for a difference of
 proportions (its "method 10"), built from the Wilson intervals of the two rates. The second
 rate is the model's **self-disagreement**, measured on *pairs* of fresh answers to one prompt
 under the same equivalence. For a deterministic upstream it is 0, and then the bound is the
-Wilson upper bound of the plain wrong-hit rate: one rule, not two modes. The same plain bound
-applies until there are 20 pairs and, at the threshold tested, 30 labels: with fewer, the
-difference's interval is loose enough that re-testing every threshold after every label proves
-an over-budget table by chance (``CREDIT_MIN_PAIRS``, ``CREDIT_MIN_LABELS``). The idea of a user
+Wilson upper bound of the plain wrong-hit rate: one rule, not two modes. To prove a
+threshold, the credit for self-disagreement needs 20 pairs and, at the threshold tested, 30
+labels, and a credited bound must hold at one-sided 99%: with less, re-testing every threshold
+after every label proves an over-budget table by chance (``CREDIT_MIN_PAIRS``). The idea of a user
 error bound with thresholds learned from labels is vCache's; this is a reimplementation per
 table, relative to the model's variability, and shares no code with it.
 
@@ -141,14 +141,16 @@ _EXPLORE_FLOOR = 0.005
 TWIN_MIN = 20
 TWIN_MAX = 2000
 
-# The model's self-disagreement is credited only from this many pairs, at a threshold with this
-# many labels at or above it, and a credited bound proves a threshold at one-sided 99%, not 95%.
-# A table re-tests every bin edge after every label, so a bound that is loose at small counts
-# is met by chance early and often; Newcombe's interval, built from two Wilson intervals, is
-# loose exactly there, and the difference of two rates varies more than the plain one
-# (tests/test_budget_false_proof.py measures how often, with and without these rules). Below
-# the floors the plain wrong-hit rate's bound applies (no credit); and a credited bound is never
-# used where the plain one is lower, so the credit can only ever loosen a table's threshold.
+# To *prove* a threshold, the model's self-disagreement is credited only from this many pairs,
+# at a threshold with this many labels at or above it, and a credited bound must prove it at
+# one-sided 99%, not 95%. A table re-tests every bin edge after every label, so a bound that is
+# loose at small counts is met by chance early and often; Newcombe's interval, built from two
+# Wilson intervals, is loose exactly there (tests/test_budget_false_proof.py measures how
+# often, with and without these rules). Below the floors the plain wrong-hit rate's bound
+# proves (no credit); a credited bound is never used where the plain one is lower, so the
+# credit can only loosen a threshold. The rules are for proving only: whether labels *show* a
+# table over budget (its lower bound above δ) is read with the credit, as before, so that a
+# lack of pairs never closes a table of a model that samples.
 CREDIT_MIN_PAIRS = TWIN_MIN
 CREDIT_MIN_LABELS = 30
 
@@ -197,15 +199,15 @@ def excess_interval(
     Without pairs, or with pairs that never disagreed, the second rate is taken as 0: no credit
     for variability nobody saw, and a model that has not disagreed with itself is held to the
     plain wrong-hit rate both ways. The interval is then the first rate's own Wilson interval,
-    which makes the budget of a deterministic model exactly the plain budget. The same holds
-    below :data:`CREDIT_MIN_PAIRS` pairs or :data:`CREDIT_MIN_LABELS` labels, where the
-    difference's interval is not to be trusted. Without labels it is ``(-1, 1)``.
+    which makes the budget of a deterministic model exactly the plain budget. Without labels
+    it is ``(-1, 1)``. (What proves a threshold is :func:`proving_bound`, which credits the
+    self-disagreement under stricter rules.)
     """
     if n <= 0:
         return -1.0, 1.0
     p1 = wrong / n
     low1, high1 = wilson_interval(wrong, n, z)
-    if not _credited(n, disagree, pairs):
+    if pairs <= 0 or disagree <= 0:
         return low1, high1
     p0 = disagree / pairs
     low0, high0 = wilson_interval(disagree, pairs, z)

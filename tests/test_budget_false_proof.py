@@ -82,6 +82,19 @@ def test_a_deterministic_table_is_untouched_by_the_credit_rules() -> None:
         assert _proven(0.02, 0.0, streams=20, labels=150) == with_rules
 
 
+def test_too_few_pairs_to_prove_are_still_enough_to_keep_a_table_open() -> None:
+    # 4 of 10 labels wrong near the top, and the model disagrees with itself in 5 of 10 pairs:
+    # too little to prove a threshold, and no evidence of an excess either. Read without its
+    # credit, the 40% wrong rate alone would show the table over budget and close it.
+    table = Labels()
+    for i in range(10):
+        table.add(0.99, ok=i >= 4)
+        table.add_pair(same=i >= 5)
+    decision = decide(table, BUDGET)
+    assert not decision.proven
+    assert decision.threshold == budget_module.STRICT_THRESHOLD
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=200)
