@@ -617,9 +617,12 @@ class _CachedCall:
         self._label_from_answer(None if tools else result.content)
         if store and vector is not None and text is not None:
             self.info.entry_id = self._store(result, vector, text)
-            # An explored hit already compares two answers; a twin is for plain misses.
-            explorable = outcome == "miss" and not self.info.explored
-            if explorable and not tools and self._twin_wanted():
+            # A twin is for a call that made no pair yet: a plain miss, or an explored hit
+            # whose cached answer was for another prompt (that comparison is a label, not a
+            # pair). Without pairs a sampling model's table can never be proven, so an
+            # explored call that makes none would be spent on a table that cannot open.
+            unpaired = outcome == "miss" and self.info.pair is None
+            if unpaired and not tools and self._twin_wanted():
                 self._ask_twin(result, vector, text)
         return result.completion
 

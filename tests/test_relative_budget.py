@@ -264,6 +264,22 @@ def test_a_sampled_share_of_misses_is_asked_twice_and_measures_the_model(tmp_pat
     assert len(client.cache.entries(partition.key)) == len(infos) + len(twins)
 
 
+def test_an_explored_hit_is_twinned_unless_it_already_made_a_pair(tmp_path: Path) -> None:
+    client = _agent_client(tmp_path, lambda request: "3", wrong_hit_budget=0.05, twin_rate=1.0)
+    _ask(client, "Liam", "tree idle")
+    # The same keywords in other words: a would-be hit, explored, whose cached answer was for
+    # another prompt. Its comparison is a label, not a pair, so it is asked twice.
+    _, info = client.chat.completions.create_with_info(
+        model="m",
+        messages=[{"role": "user", "content": "How important is this: tree idle"}],
+        cache=CacheOptions(category="importance", agent="Liam", keywords=["tree idle"]),
+    )
+    assert info.explored and info.label is True and info.twin and info.pair is True
+    # The very same prompt again: explored, and its comparison is already a pair.
+    _, info = _ask(client, "Liam", "tree idle")
+    assert info.explored and info.pair is True and not info.twin
+
+
 def test_twins_stop_once_pairs_that_never_disagree_are_enough(tmp_path: Path) -> None:
     client = _agent_client(tmp_path, lambda request: "3", wrong_hit_budget=0.05, twin_rate=1.0)
     infos = [_ask(client, "Liam", _WORDS[n])[1] for n in range(TWIN_MIN + 10)]
