@@ -562,8 +562,9 @@ class BatchingEmbedder:
 
     ``model_id`` and ``dim`` are the inner embedder's. ``calls`` counts calls to ``inner``,
     ``texts`` the texts sent (``texts / calls`` is the mean batch). If ``inner`` fails, the
-    caller whose turn it was gets its exception and the others in that batch an
-    :class:`~llmcache.errors.EmbedderError` that names it; nothing is retried behind their back.
+    batch's first caller (the one whose turn it was) gets its exception and the others in that
+    batch an :class:`~llmcache.errors.EmbedderError` that names it, whichever thread ran it;
+    nothing is retried behind their back.
     """
 
     def __init__(self, inner: Embedder, *, max_batch: int = 256) -> None:
@@ -599,7 +600,7 @@ class BatchingEmbedder:
                 batch = self._take()
                 self._cond.release()
                 try:
-                    self._run(batch, leader=mine)
+                    self._run(batch)
                 finally:
                     self._cond.acquire()
                     self._busy = False
@@ -620,7 +621,7 @@ class BatchingEmbedder:
             size += len(pending.texts)
         return batch
 
-    def _run(self, batch: list[_Pending], *, leader: _Pending) -> None:
+    def _run(self, batch: list[_Pending]) -> None:
         texts = [t for p in batch for t in p.texts]
         try:
             vectors = np.asarray(self.inner.embed(texts), dtype=np.float32)
@@ -630,8 +631,10 @@ class BatchingEmbedder:
                     f"{len(texts)} texts, expected ({len(texts)}, {self.dim})"
                 )
         except Exception as exc:
+            # The first caller's turn, not the running thread's: a thread that wakes first may
+            # run a batch its own texts are not in.
             for p in batch:
-                if p is leader:
+                if p is batch[0]:
                     p.error = exc
                 else:
                     shared = EmbedderError(f"{self.model_id}: the shared batch failed: {exc}")
