@@ -22,7 +22,8 @@ How the cache learns and what each answer costs:
   the fresh answer), the same rule the served answers are judged by;
 - a **miss** or an **explored** hit is answered with the query's recorded answer (its true
   answer, at its recorded tokens) and stored, as a live run would store it; a **twin** (the
-  second ask of a miss, for the model's own variability) goes to the real LLM;
+  second ask of a miss or an explored hit, for the model's own variability) goes to the real
+  LLM;
 - a **revision** (``revise`` hit) goes to the real LLM while the profile's revise budget lasts;
   a revise hit beyond it is *untried*: counted, and left out of every rate and cost.
 

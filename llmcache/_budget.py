@@ -33,7 +33,8 @@ Labels are ``(cosine of the nearest entry, was its answer acceptable)`` and cost
 
 Pairs come from labels whose cached entry answered the very same prompt (an explored hit or a
 miss on an identical prompt: two fresh answers), and, while a pool has fewer pairs than its
-estimate needs, from **twins**: a sampled share of misses asked twice.
+estimate needs, from **twins**: a sampled share of misses (explored hits included, unless
+their comparison was already a pair) asked twice.
 
 **Pooling.** Tables that share a category and output parameters (one template, many agents)
 add every label and pair to their *pool* as well. A table serves at the lowest threshold that
@@ -132,12 +133,12 @@ _Z_CREDITED = 2.3263
 _EXPLORE_START = 5.0
 _EXPLORE_FLOOR = 0.005
 
-# Twins: a miss is asked twice (with probability ``twin_rate``) while its pool has fewer pairs
-# than its estimate can use: at least TWIN_MIN (enough to see a sampling model disagree with
-# itself at all), and, once it has, as many as the labels at the threshold being tested
-# (a difference of two rates is estimated best with as many of each), up to TWIN_MAX. A pool
-# whose pairs never disagreed needs no more: its self-disagreement bound is 0 whatever more
-# agreeing pairs come.
+# Twins: a miss (or an explored hit that made no pair) is asked twice (with probability
+# ``twin_rate``) while its pool has fewer pairs than its estimate can use: at least TWIN_MIN
+# (enough to see a sampling model disagree with itself at all), and, once it has, as many as the
+# labels at the threshold being tested (a difference of two rates is estimated best with as many
+# of each), up to TWIN_MAX. A pool whose pairs never disagreed needs no more: its
+# self-disagreement bound is 0 whatever more agreeing pairs come.
 TWIN_MIN = 20
 TWIN_MAX = 2000
 

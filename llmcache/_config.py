@@ -102,8 +102,8 @@ class CacheConfig(BaseModel):
     :func:`~llmcache.verification.same_answer`). Categories and calls may set their own of
     both. ``pool_evidence`` lets the tables of one category and request parameters (one
     template, any agent) share their labels and pairs, never their answers; ``twin_rate`` is
-    the share of misses asked twice while the pairs that measure the model's own variability
-    are too few (0: never).
+    the share of misses (explored would-be hits included) asked twice while the pairs that
+    measure the model's own variability are too few (0: never).
 
     ``variety`` serves a hit from one of the answers stored for the nearest entry's very prompt
     (twins, explorations, earlier misses of it), drawn at random, rather than always the one
