@@ -367,7 +367,7 @@ def _table_figures(
     group_of = {q.category: q.group for q in queries}
     figures: dict[str, Counter[str]] = defaultdict(Counter)
     thresholds: dict[str, list[float]] = defaultdict(list)
-    disagreement: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
+    disagreement: dict[str, dict[tuple[str, ...], tuple[int, int]]] = defaultdict(dict)
     for table in cache.stats().tables:
         group = group_of.get(table.category)
         if group is None:
@@ -386,9 +386,7 @@ def _table_figures(
                 thresholds[g].append(table.threshold_in_force)
             if table.self_disagreement is not None:
                 n = table.self_disagreement_pairs
-                source = (
-                    f"{table.category} / {table.model}" if pooled else f"{name} / {table.model}"
-                )
+                source = (table.category, table.model) if pooled else (table.key,)
                 disagreement[g][source] = (round(table.self_disagreement * n), n)
     for g, row in tally.groups.items():
         for name, value in figures.get(g, Counter()).items():

@@ -223,7 +223,7 @@ def proving_bound(wrong: int, n: int, disagree: int, pairs: int) -> float:
     one-sided 95% bound of :func:`excess_interval`, or, where that credits the model's
     self-disagreement, the one-sided 99% bound, but never above the plain wrong-hit rate's
     one-sided 95% bound (see :data:`CREDIT_MIN_PAIRS`)."""
-    plain = excess_interval(wrong, n, 0, 0, _Z_ONE_SIDED)[1]
+    plain = wilson_interval(wrong, n, _Z_ONE_SIDED)[1]
     if not _credited(n, disagree, pairs):
         return plain
     return min(plain, excess_interval(wrong, n, disagree, pairs, _Z_CREDITED)[1])
