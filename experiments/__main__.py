@@ -200,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command in EXPERIMENTS:
             study.force = True
             study.step(args.command)
-            _record_rerun(out, args.command, study.timings[args.command], command)
+            if (out / "study.json").exists():
+                _record_rerun(out, args.command, study.timings[args.command], command)
+            else:  # the first step run in this directory: it starts the record
+                _meta(out, study, profile, command, fresh=True)
         if args.command in ("reproduce", "report"):
             from ._plots import plot_all
 
