@@ -870,19 +870,22 @@ def _pooling_line(pooled: BudgetRun, alone: BudgetRun) -> str:
     theirs = [alone.first_hit_labels.get(t) for t in firsts]
     served_alone = [n for n in theirs if n is not None]
     never = len(theirs) - len(served_alone)
-    unserved = [
-        alone.never_served_labels.get(t, 0) for t in firsts if t not in alone.first_hit_labels
-    ]
     med_pooled = median(mine)
     text = (
         f"{pooled.mode}: the {len(firsts)} tables that served with pooled evidence held a median "
         f"of {med_pooled:g} labels of their own at their first hit"
     )
     if never * 2 >= len(theirs):
+        # A table that never served alone would have needed more labels than it held at the
+        # run's end: counting those, the median is a lower bound on the per-table median.
+        floor = median(
+            alone.first_hit_labels.get(t, alone.never_served_labels.get(t, 0)) for t in firsts
+        )
+        ratio = floor / med_pooled if med_pooled else math.inf
         return text + (
-            f"; on their own evidence {never} of them never served (so the median is "
-            f"unbounded: at least {min(unserved, default=0)} labels "
-            "were not enough)."
+            f"; on their own evidence {never} of them never served, so their median is "
+            f"unbounded: counting the labels those held at the run's end, it is at least "
+            f"{floor:g} (at least {ratio:.1f}× fewer with pooling)."
         )
     med_alone = median([n if n is not None else math.inf for n in theirs])
     ratio = med_alone / med_pooled if med_pooled else math.inf

@@ -54,6 +54,9 @@ def test_pooling_line_bounds_the_unserved_by_their_own_labels() -> None:
     alone = _firsts(False, {}, {"a / x": 40, "b / x": 30, "c / x": 1})
     line = _pooling_line(pooled, alone)
     assert "2 of them never served" in line
-    assert "at least 30 labels" in line  # not c's 1: c never served with pooling either
+    # The median of a's 40 and b's 30, not c's 1: c never served with pooling either.
+    assert "it is at least 35 (at least 14.0× fewer with pooling)" in line
+    mixed = _firsts(False, {"a / x": 5}, {"b / x": 30})
+    assert "at least 17.5 (at least 7.0× fewer" in _pooling_line(pooled, mixed)
     both = _firsts(False, {"a / x": 8, "b / x": 12}, {})
     assert "(4.0× fewer; 0 never served alone)" in _pooling_line(pooled, both)
