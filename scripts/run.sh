@@ -5,7 +5,8 @@
 # curve, figures and report.md (about 11 minutes on 2 cores, 2026-11-24).
 #   scripts/run.sh                       the quick profile, into results/quick
 #   PROFILE=standard scripts/run.sh      8 agents, 3 runs x 1.5 days, all 14 categories (about
-#                                        2 h 50 min on 2 cores, 2026-11-24: docs/results/standard)
+#                                        4 h 5 min on 2 cores, 2026-11-25: the runs 2 h 20 min,
+#                                        the steps 1 h 45 min; docs/results/standard)
 #   PROFILE=full scripts/run.sh          the study-sized reproduction (days on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
