@@ -47,7 +47,7 @@ share one relation between cosine and acceptability (docs/wrong-hit-budget.md).
 A verifier's verdict is not a label where answers can be compared: it is a guess, and a budget
 kept on guesses holds only as far as the guesser is right. Instead, a table keeps a second
 stream of labels, ``verified``: the labels of near misses the verifier said yes to, learned and
-explored by the same rule (``_cached_call.py``).
+explored by the same rule (``_serving.py``).
 
 Labels are kept as counters of the table and of its pool (``wh_ok_<bin>`` / ``wh_bad_<bin>``,
 bins of 0.005 cosine from 0.5 up; pairs as ``sd_same`` / ``sd_diff``), written through the

@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 
 from ._attempts import Attempts, CallFn, send_validated
-from ._budget import NO_HIT_THRESHOLD, STRICT_THRESHOLD, TableEvidence, same_answer
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
 from ._errors import ConfigurationError, InvalidResponseError, StoreError
 from ._filing import embedding_text, keywords_text, output_params, partition_for
 from ._ledger import info_stats_key, pool_stats_key
 from ._recorder import RecordedCall, Recorder
+from ._serving import Serving
 from ._shapes import CHAT, Shape
 from ._slots import exact_mismatch, exact_slot_names, slot_text
 from ._tokens import count_message_tokens
@@ -54,20 +54,12 @@ from ._types import (
     Mode,
     Partition,
     Usage,
-    Verdict,
 )
 from ._validation import as_validator, check
-from ._verify import VerifyJob, ask_verifier, verdict_cost
 
-__all__ = ["VARIETY_BAND", "StreamedCall", "run_cached_call", "start_streamed_call"]
+__all__ = ["StreamedCall", "run_cached_call", "start_streamed_call"]
 
 logger = logging.getLogger("llmcache")
-
-#: How far under the nearest entry's cosine a lookup still fetches candidates when variety may
-#: draw from the answers to one prompt (their vectors are equal: only rounding lies between).
-VARIETY_BAND = 1e-4
-# How many neighbours a lookup fetches when variety may draw from several.
-_VARIETY_K = 8
 
 
 def _samples(kwargs: Mapping[str, Any]) -> bool:
@@ -125,20 +117,17 @@ class _CachedCall:
         self.stats_key = info_stats_key(self.info)
         if self.policy.pool_evidence:
             self.info.pool_key = pool_stats_key(self.partition)
-        # The wrong-hit evidence of the call's table (and pool): labels, pairs, thresholds.
-        self.evidence = TableEvidence(cache.budget, self.stats_key, self.info.pool_key)
-        # Variety: a hit drawn from the table's near-identical answers (see _varied).
-        self.variety = self.policy.variety if self.policy.variety is not None else _samples(kwargs)
-        # Under a wrong-hit budget: the would-be hit being explored (its candidate and what
-        # it became), or the nearest entry of a miss; either is labelled against the answer
-        # the LLM gives (see _budget.py).
-        self._explore: tuple[Candidate, Adapted] | None = None
-        self._near: Candidate | None = None
-        # With a verifier: the entries this call already asked about (a second lookup after
-        # another thread's miss must not ask again), and the near miss to verify off the
-        # request path once the miss is answered.
-        self._asked_about: set[int] = set()
-        self._verify_later: Candidate | None = None
+        # Whether a candidate is served, explored or missed, and the evidence that leaves.
+        self.serving = Serving(
+            cache,
+            self.policy,
+            self.info,
+            self.stats_key,
+            shape,
+            self.messages,
+            # Variety: a hit drawn from the table's near-identical answers.
+            variety=self.policy.variety if self.policy.variety is not None else _samples(kwargs),
+        )
         # A templated call (see _slots.py): its exact slots, the slots its vector embeds
         # (None: the call's keywords or messages are embedded), its vector, and the vectors of
         # entries re-scored under its choice, by their text.
@@ -173,7 +162,7 @@ class _CachedCall:
             # same question may have finished between that lookup and this call's turn (a
             # would-be hit being explored has decided already, and is not drawn again).
             stored_since = self.cache.writes(self.partition.key) != writes
-            if not leader or (stored_since and self._explore is None):
+            if not leader or (stored_since and self.serving.explored is None):
                 served = self._look_up(vector, mode)
                 if served is not None:
                     return self._finish(served)
@@ -229,7 +218,7 @@ class _CachedCall:
         if reason is not None:
             logger.info("streamed answer not stored: %s", reason[:200])
         elif not self.shape.has_tool_calls(response):
-            self._label_from_answer(content)
+            self._answered(content)
         if reason is None and vector is not None and text is not None and self.options.store:
             attempt = Attempts(
                 completion=response,
@@ -249,9 +238,9 @@ class _CachedCall:
             candidates, corrupt = self.cache.lookup(
                 self.partition,
                 vector,
-                k=max(self.cache.config.k, _VARIETY_K) if self.variety else None,
+                k=self.serving.lookup_k,
                 check=self.shape.answer_problem,
-                band=VARIETY_BAND if self.variety else 0.0,
+                band=self.serving.lookup_band,
                 judge=self._judge if self.options.slots else None,
             )
         except StoreError:
@@ -260,190 +249,27 @@ class _CachedCall:
             self.info.store_failed = True
             return None
         self.info.corrupt_dropped += corrupt
-        if not candidates:
+        ruling = self.serving.rule(candidates, mode)
+        if ruling.candidate is None:
             return None
-        best = candidates[0]
-        self.info.similarity = best.similarity
-        if mode is Mode.SERVE:
-            self.info.threshold = None
-            return self._serve(self._varied(candidates, -1.0))
-        budget = self.policy.wrong_hit_budget
-        self.info.wrong_hit_budget = budget
-        threshold = self._threshold(budget)
-        self.info.threshold = threshold
-        if best.similarity.cosine >= threshold:
-            explore = budget is not None and self.evidence.explore(budget, default=False)
-            if explore:
-                # An exploration labels the nearest entry; variety is for what is served.
-                return self._serve(best, explore=True)
-            return self._serve(self._varied(candidates, threshold))
-        self._near = best
-        if self._is_near_miss(best, threshold):
-            self._asked_about.add(best.entry.id)
-            if self.policy.verify_path == "request":
-                return self._verify_now(best)
-            self._verify_later = best
-        return None
+        return self._serve(ruling.candidate, explore=ruling.action == "explore")
 
-    # -- verification of near misses (see _verify.py) ----------------------------------------
+    def _answered(self, fresh: str | None) -> None:
+        """Tell the serving decision what the LLM answered (it labels the table by it)."""
 
-    def _is_near_miss(self, candidate: Candidate, threshold: float) -> bool:
-        """Whether a verifier is to judge ``candidate``: one is in force, the candidate lies in
-        the band under the threshold, and this call has not asked about it yet."""
-        return (
-            self.policy.verifier is not None
-            and candidate.similarity.cosine >= threshold - self.policy.verify_band
-            and candidate.entry.id not in self._asked_about
-        )
-
-    def _verify_now(self, candidate: Candidate) -> Any:
-        """On the request path: ask the verifier whether the near miss answers the query; a
-        no (or a verifier that fails) makes a miss. A yes serves it, if it passes the query's
-        validator -- under a budget only where the table's ``verified`` labels prove a yes
-        at this cosine within the budget, and explored like any would-be hit until then (a
-        verdict is a guess, not a label: the verifier's own errors must count against δ)."""
-        verdict = self._ask(candidate)
-        if verdict is None:
-            return None
-        self.info.verified = verdict.same
-        budget = self.policy.wrong_hit_budget
-        if not verdict.same:
-            # A miss: under a budget its answer labels the near miss (_label_from_answer).
-            return None
-        if budget is None:
-            return self._serve(candidate)
-        threshold = self.evidence.threshold(budget, "verified", default=NO_HIT_THRESHOLD)
-        if candidate.similarity.cosine < threshold:
-            return None  # a miss, whose answer labels both streams
-        explore = self.evidence.explore(budget, "verified", default=True)
-        return self._serve(candidate, explore=explore)
-
-    def _ask(self, candidate: Candidate) -> Verdict | None:
-        try:
-            verdict = ask_verifier(
-                self.policy.verifier,
-                self.info.embed_text or "",
-                candidate.entry.embed_text,
-                candidate.similarity.cosine,
+        def adapt_free(candidate: Candidate) -> Adapted:
+            # Only a modifier that needs no LLM labels a miss: a label must cost nothing.
+            return self.hits.adapt(
+                candidate,
+                self.options,
+                messages=self.messages,
+                request=self.kwargs,
+                call=None,
+                shape=self.shape,
+                policy=self.policy,
             )
-        except Exception:
-            # Whatever the verifier raises (its LLM's errors included) never reaches the
-            # caller: the near miss is answered as the miss it is, and the failure counted.
-            logger.warning("the verifier failed; answering the near miss as a miss", exc_info=True)
-            self.info.verify_failed = True
-            return None
-        usd = verdict_cost(self.prices, verdict)
-        self.info.usage = self.info.usage + verdict.usage
-        self.info.cost_usd += usd
-        self.info.verify_tokens += verdict.usage.total_tokens
-        self.info.verify_usd += usd
-        return verdict
 
-    def _queue_verification(self) -> None:
-        """Off the request path: hand the near miss of an answered (and stored) miss to the
-        cache's worker, whose verdict becomes the table's label."""
-        candidate = self._verify_later
-        if candidate is None or self.info.outcome != "miss":
-            return
-        self.info.verify_queued = True
-        job = VerifyJob(
-            key=self.stats_key,
-            verifier=self.policy.verifier,
-            query=self.info.embed_text or "",
-            cached=candidate.entry.embed_text,
-            cosine=candidate.similarity.cosine,
-            label=self.info.label,
-            pool=self.info.pool_key,
-        )
-        self.cache.verify_later(job)
-
-    def _threshold(self, budget: float | None) -> float:
-        """The threshold in force: the static one, or the one learned under a budget."""
-        if budget is None:
-            return self.policy.threshold
-        # A budget that cannot read its labels stays strict.
-        return self.evidence.threshold(budget, default=STRICT_THRESHOLD)
-
-    def _varied(self, candidates: list[Candidate], floor: float) -> Candidate:
-        """The candidate to serve: the nearest, or with variety one drawn at random from the
-        answers stored for the nearest one's very prompt (the same embedding text: twins,
-        explorations, earlier misses of it) that lie at or above ``floor`` and can be
-        served. Only answers to the same prompt: a neighbour's answer, however close, is a
-        different hit, which the threshold alone decides."""
-        best = candidates[0]
-        if not self.variety:
-            return best
-        same = [
-            c
-            for c in candidates
-            if c.entry.embed_text == best.entry.embed_text and c.similarity.cosine >= floor
-        ]
-        if len(same) < 2:
-            return best
-        chosen = self.cache.draw(same)
-        if chosen is not best and self.shape.answer_problem(chosen.entry) is not None:
-            return best  # damaged: the lookup evicts it when it is the nearest
-        self.info.choices = len(same)
-        return chosen
-
-    def _label(self, candidate: Candidate, ok: bool) -> None:
-        """Label the table by ``candidate`` (the call's nearest entry), and its verified stream
-        too when the verifier said yes to it."""
-        self.info.label = ok
-        cosine = candidate.similarity.cosine
-        self.evidence.label(cosine, ok)
-        if self.info.verified:
-            self.evidence.label(cosine, ok, "verified")
-
-    def _label_from_answer(self, fresh: str | None) -> None:
-        """Under a budget, label the explored hit or the miss's nearest entry by comparing its
-        answer with the one the LLM just gave (``fresh``, valid)."""
-        if self.policy.wrong_hit_budget is None or self.info.label is not None or fresh is None:
-            return
-        if self._explore is not None:
-            candidate, adapted = self._explore
-        elif self._near is not None:
-            candidate = self._near
-            if self.shape.is_tool_call_entry(candidate.entry):
-                return
-            try:
-                # Only a modifier that needs no LLM labels a miss: a label must cost nothing.
-                adapted = self.hits.adapt(
-                    candidate,
-                    self.options,
-                    messages=self.messages,
-                    request=self.kwargs,
-                    call=None,
-                    shape=self.shape,
-                    policy=self.policy,
-                )
-            except ConfigurationError:
-                return
-        else:
-            return
-        if not adapted.valid or adapted.content is None:
-            if not self.shape.is_tool_call_entry(candidate.entry):
-                self._label(candidate, False)
-            return
-        ok = self._same(adapted.content, fresh)
-        if ok is None:
-            return
-        self._label(candidate, ok)
-        if not adapted.usage.total_tokens and candidate.entry.messages == self.messages:
-            # The cached answer was itself a fresh answer to this very prompt, served as it
-            # was: the two are a pair, a measure of the model's own variability.
-            self.info.pair = ok
-            self.evidence.pair(ok)
-
-    def _same(self, cached: str, fresh: str) -> bool | None:
-        """Whether the category's equivalence calls two answers the same (``None``: it
-        failed, which gives no label)."""
-        equivalent = self.policy.equivalence or same_answer
-        try:
-            return bool(equivalent(cached, fresh))
-        except Exception:
-            logger.warning("the equivalence failed; no label for this call", exc_info=True)
-            return None
+        self.serving.answered(fresh, adapt_free)
 
     def _embed(self) -> tuple[str, Any]:
         """The call's embedding text and vector, with what embedding it cost."""
@@ -533,17 +359,12 @@ class _CachedCall:
                 adapted.modifier,
                 adapted.error,
             )
-            if self.policy.wrong_hit_budget is not None and not self.shape.is_tool_call_entry(
-                candidate.entry
-            ):
-                # A served answer that does not answer the query: a wrong label, for free.
-                self._label(candidate, False)
+            self.serving.unusable(candidate)
             return None
         if explore:
             # Explored: the LLM is asked as on a miss, its answer served and compared with
-            # this one (_label_from_answer).
-            self._explore = (candidate, adapted)
-            self.info.explored = True
+            # this one (Serving.answered).
+            self.serving.exploring(candidate, adapted)
             return None
         self._mark_hit(candidate.entry, adapted.modifier)
         return self.shape.rebuild(candidate.entry, adapted.content, adapted.usage)
@@ -591,11 +412,11 @@ class _CachedCall:
                 self.info.usage = self.info.usage + exc.usage
                 self.info.cost_usd += exc.cost_usd
                 self._explored_cost(exc.usage, exc.cost_usd)
-            if self._explore is not None:
+            if self.serving.explored is not None:
                 # Exploring a hit whose cached answer is valid: the LLM giving none is no reason
                 # to fail the call. Serve the cached answer (the exploration was paid, but it
                 # taught nothing: no label).
-                candidate, adapted = self._explore
+                candidate, adapted = self.serving.explored
                 self._mark_hit(candidate.entry, adapted.modifier)
                 return self.shape.rebuild(candidate.entry, adapted.content, adapted.usage)
             if self.policy.fallback is not None:
@@ -614,7 +435,7 @@ class _CachedCall:
         self.info.cost_usd += result.cost
         self._explored_cost(result.usage, result.cost)
         tools = self.shape.has_tool_calls(result.completion)
-        self._label_from_answer(None if tools else result.content)
+        self._answered(None if tools else result.content)
         if store and vector is not None and text is not None:
             self.info.entry_id = self._store(result, vector, text)
             # A twin is for a call that made no pair yet: a plain miss, or an explored hit
@@ -622,14 +443,9 @@ class _CachedCall:
             # pair). Without pairs a sampling model's table can never be proven, so an
             # explored call that makes none would be spent on a table that cannot open.
             unpaired = outcome == "miss" and self.info.pair is None
-            if unpaired and not tools and self._twin_wanted():
+            if unpaired and not tools and self.serving.twin_wanted():
                 self._ask_twin(result, vector, text)
         return result.completion
-
-    def _twin_wanted(self) -> bool:
-        """Whether this miss is asked a second time, for a pair of fresh answers."""
-        budget = self.policy.wrong_hit_budget
-        return budget is not None and self.evidence.twin(budget, self.policy.twin_rate)
 
     def _ask_twin(self, first: Attempts, vector: Any, text: str) -> None:
         """Ask the miss's request once more: the two valid answers, compared by the category's
@@ -657,11 +473,10 @@ class _CachedCall:
         self._spend_twin(twin.usage, twin.cost)
         if self.shape.has_tool_calls(twin.completion):
             return
-        same = self._same(first.content, twin.content)
+        same = self.serving.same(first.content, twin.content)
         if same is None:
             return
-        self.info.pair = same
-        self.evidence.pair(same)
+        self.serving.paired(same)
         self._store(twin, vector, text)
 
     def _spend_twin(self, usage: Usage, cost: float) -> None:
@@ -740,7 +555,7 @@ class _CachedCall:
         }
 
     def _finish(self, completion: Any) -> tuple[Any, CallInfo]:
-        self._queue_verification()
+        self.serving.queue_verification()
         self._settle()
         self._record(
             lambda: RecordedCall.from_info(

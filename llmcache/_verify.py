@@ -2,7 +2,7 @@
 
 A *near miss* is a lookup whose nearest entry lies in the band just under the threshold in
 force, where the embedding alone is unsure (``verify_band``). On the request path the call
-core asks the :class:`~llmcache.verification.Verifier` before answering (``_cached_call.py``). Off
+core asks the :class:`~llmcache.verification.Verifier` before answering (``_serving.py``). Off
 it
 (``verify_path="background"``, the way Krites verifies), the miss is answered and stored as
 usual and the near miss handed to the :class:`VerifyQueue` of the open cache: a worker thread

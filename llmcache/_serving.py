@@ -1,0 +1,323 @@
+"""Whether a looked-up candidate is served: the one place a hit is decided.
+
+One cached call asks once per lookup, with the candidates the table gave
+(:meth:`Serving.rule`), and gets a :class:`Ruling`: **serve** this candidate, **explore** it
+(the LLM is asked as on a miss, the caller gets the fresh answer, and the cached one is judged
+against it), or **miss**. What goes into that ruling lives here and nowhere else:
+
+- the threshold in force: the static one, or the one a wrong-hit budget learned
+  (``_budget.py`` keeps the labels and proves thresholds; this module asks it);
+- serve mode's "best candidate, any similarity";
+- exploration of would-be hits while (and after) a budget proves a threshold;
+- variety: a hit drawn from the answers stored for the nearest entry's very prompt;
+- near misses handed to a verifier, on the request path (its verdict is part of the ruling)
+  or queued off it;
+- the table's evidence that every call leaves: labels of its nearest entry, pairs of fresh
+  answers, and whether a miss is asked twice (a twin) for such a pair.
+
+The orchestrator (``_cached_call.py``) runs what the ruling says -- the hit step, the LLM, the
+store -- and reports back what happened (:meth:`Serving.unusable`, :meth:`Serving.exploring`,
+:meth:`Serving.answered`, :meth:`Serving.paired`), so that no decision is taken there and
+nothing here calls the LLM, stores or records. Keeping a budget must never break a call:
+every step on its evidence that fails logs and goes on (``TableEvidence``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._budget import NO_HIT_THRESHOLD, STRICT_THRESHOLD, TableEvidence, same_answer
+from ._cache import SemanticCache
+from ._config import ResolvedPolicy
+from ._errors import ConfigurationError
+from ._shapes import Shape
+from ._types import Adapted, CallInfo, Candidate, Mode, Verdict
+from ._verify import VerifyJob, ask_verifier, verdict_cost
+
+__all__ = ["VARIETY_BAND", "VARIETY_K", "Action", "Ruling", "Serving"]
+
+logger = logging.getLogger("llmcache")
+
+#: How far under the nearest entry's cosine a lookup still fetches candidates when variety may
+#: draw from the answers to one prompt (their vectors are equal: only rounding lies between).
+VARIETY_BAND = 1e-4
+#: How many neighbours a lookup fetches when variety may draw from several.
+VARIETY_K = 8
+
+Action = Literal["serve", "explore", "miss"]
+
+
+@dataclass(frozen=True)
+class Ruling:
+    """What one lookup's candidates come to: ``serve`` or ``explore`` ``candidate``, or
+    ``miss`` (``candidate`` is then ``None``)."""
+
+    action: Action
+    candidate: Candidate | None = None
+
+
+_MISS = Ruling("miss")
+
+#: What a cached candidate becomes for this query when no LLM may be asked (a label must cost
+#: nothing): the hit step without ``call``; ``None`` when its modifier needs the LLM.
+AdaptFree = Callable[[Candidate], "Adapted | None"]
+
+
+class Serving:
+    """The serving decision of one call, and the evidence it leaves in its table.
+
+    ``info`` is the call's record: the ruling writes into it what a reader of the call needs
+    (similarity, threshold in force, budget, exploration, the verifier's verdict, variety).
+    """
+
+    def __init__(
+        self,
+        cache: SemanticCache,
+        policy: ResolvedPolicy,
+        info: CallInfo,
+        stats_key: str,
+        shape: Shape,
+        messages: list[dict[str, Any]],
+        *,
+        variety: bool,
+    ) -> None:
+        self.cache = cache
+        self.policy = policy
+        self.info = info
+        self.stats_key = stats_key
+        self.shape = shape
+        # The query's messages: a label whose entry answered these very messages is a pair.
+        self.messages = messages
+        self.variety = variety
+        # The wrong-hit evidence of the call's table (and pool): labels, pairs, thresholds.
+        self.evidence = TableEvidence(cache.budget, stats_key, info.pool_key)
+        # The would-be hit being explored (its candidate and what it became), or the nearest
+        # entry of a miss; either is labelled against the answer the LLM gives.
+        self.explored: tuple[Candidate, Adapted] | None = None
+        self._near: Candidate | None = None
+        # With a verifier: the entries this call already asked about (a second lookup after
+        # another thread's miss must not ask again), and the near miss to verify off the
+        # request path once the miss is answered.
+        self._asked_about: set[int] = set()
+        self._verify_later: Candidate | None = None
+
+    @property
+    def lookup_k(self) -> int | None:
+        """How many neighbours the lookup fetches (``None``: the cache's ``k``)."""
+        return max(self.cache.config.k, VARIETY_K) if self.variety else None
+
+    @property
+    def lookup_band(self) -> float:
+        """How far under the nearest the lookup fetches candidates (see ``VARIETY_BAND``)."""
+        return VARIETY_BAND if self.variety else 0.0
+
+    # -- the one entry per lookup ------------------------------------------------------------
+
+    def rule(self, candidates: list[Candidate], mode: Mode) -> Ruling:
+        """Serve, explore or miss, given a lookup's ``candidates`` (best first) in ``mode``."""
+        if not candidates:
+            return _MISS
+        best = candidates[0]
+        self.info.similarity = best.similarity
+        if mode is Mode.SERVE:
+            self.info.threshold = None
+            return Ruling("serve", self._varied(candidates, -1.0))
+        budget = self.policy.wrong_hit_budget
+        self.info.wrong_hit_budget = budget
+        threshold = self._threshold(budget)
+        self.info.threshold = threshold
+        if best.similarity.cosine >= threshold:
+            if budget is not None and self.evidence.explore(budget, default=False):
+                # An exploration labels the nearest entry; variety is for what is served.
+                return Ruling("explore", best)
+            return Ruling("serve", self._varied(candidates, threshold))
+        self._near = best
+        if self._is_near_miss(best, threshold):
+            self._asked_about.add(best.entry.id)
+            if self.policy.verify_path == "request":
+                return self._verify_now(best)
+            self._verify_later = best
+        return _MISS
+
+    def _threshold(self, budget: float | None) -> float:
+        """The threshold in force: the static one, or the one learned under a budget."""
+        if budget is None:
+            return self.policy.threshold
+        # A budget that cannot read its labels stays strict.
+        return self.evidence.threshold(budget, default=STRICT_THRESHOLD)
+
+    def _varied(self, candidates: list[Candidate], floor: float) -> Candidate:
+        """The candidate to serve: the nearest, or with variety one drawn at random from the
+        answers stored for the nearest one's very prompt (the same embedding text: twins,
+        explorations, earlier misses of it) that lie at or above ``floor`` and can be
+        served. Only answers to the same prompt: a neighbour's answer, however close, is a
+        different hit, which the threshold alone decides."""
+        best = candidates[0]
+        if not self.variety:
+            return best
+        same = [
+            c
+            for c in candidates
+            if c.entry.embed_text == best.entry.embed_text and c.similarity.cosine >= floor
+        ]
+        if len(same) < 2:
+            return best
+        chosen = self.cache.draw(same)
+        if chosen is not best and self.shape.answer_problem(chosen.entry) is not None:
+            return best  # damaged: the lookup evicts it when it is the nearest
+        self.info.choices = len(same)
+        return chosen
+
+    # -- near misses and the verifier (see _verify.py) ---------------------------------------
+
+    def _is_near_miss(self, candidate: Candidate, threshold: float) -> bool:
+        """Whether a verifier is to judge ``candidate``: one is in force, the candidate lies in
+        the band under the threshold, and this call has not asked about it yet."""
+        return (
+            self.policy.verifier is not None
+            and candidate.similarity.cosine >= threshold - self.policy.verify_band
+            and candidate.entry.id not in self._asked_about
+        )
+
+    def _verify_now(self, candidate: Candidate) -> Ruling:
+        """On the request path: ask the verifier whether the near miss answers the query; a
+        no (or a verifier that fails) makes a miss. A yes serves it (if it then passes the
+        query's validator) -- under a budget only where the table's ``verified`` labels prove
+        a yes at this cosine within the budget, and explored like any would-be hit until then
+        (a verdict is a guess, not a label: the verifier's own errors must count against δ)."""
+        verdict = self._ask(candidate)
+        if verdict is None:
+            return _MISS
+        self.info.verified = verdict.same
+        budget = self.policy.wrong_hit_budget
+        if not verdict.same:
+            # A miss: under a budget its answer labels the near miss (answered()).
+            return _MISS
+        if budget is None:
+            return Ruling("serve", candidate)
+        threshold = self.evidence.threshold(budget, "verified", default=NO_HIT_THRESHOLD)
+        if candidate.similarity.cosine < threshold:
+            return _MISS  # a miss, whose answer labels both streams
+        explore = self.evidence.explore(budget, "verified", default=True)
+        return Ruling("explore" if explore else "serve", candidate)
+
+    def _ask(self, candidate: Candidate) -> Verdict | None:
+        try:
+            verdict = ask_verifier(
+                self.policy.verifier,
+                self.info.embed_text or "",
+                candidate.entry.embed_text,
+                candidate.similarity.cosine,
+            )
+        except Exception:
+            # Whatever the verifier raises (its LLM's errors included) never reaches the
+            # caller: the near miss is answered as the miss it is, and the failure counted.
+            logger.warning("the verifier failed; answering the near miss as a miss", exc_info=True)
+            self.info.verify_failed = True
+            return None
+        usd = verdict_cost(self.cache.prices, verdict)
+        self.info.usage = self.info.usage + verdict.usage
+        self.info.cost_usd += usd
+        self.info.verify_tokens += verdict.usage.total_tokens
+        self.info.verify_usd += usd
+        return verdict
+
+    def queue_verification(self) -> None:
+        """Off the request path: hand the near miss of an answered (and stored) miss to the
+        cache's worker, whose verdict becomes the table's label."""
+        candidate = self._verify_later
+        if candidate is None or self.info.outcome != "miss":
+            return
+        self.info.verify_queued = True
+        job = VerifyJob(
+            key=self.stats_key,
+            verifier=self.policy.verifier,
+            query=self.info.embed_text or "",
+            cached=candidate.entry.embed_text,
+            cosine=candidate.similarity.cosine,
+            label=self.info.label,
+            pool=self.info.pool_key,
+        )
+        self.cache.verify_later(job)
+
+    # -- what the orchestrator reports back ---------------------------------------------------
+
+    def unusable(self, candidate: Candidate) -> None:
+        """The hit step refused ``candidate``'s answer for this query (its modifier or the
+        query's validator): under a budget, a wrong label, for free."""
+        if self.policy.wrong_hit_budget is not None and not self.shape.is_tool_call_entry(
+            candidate.entry
+        ):
+            self._label(candidate, False)
+
+    def exploring(self, candidate: Candidate, adapted: Adapted) -> None:
+        """``candidate`` is explored: the LLM is asked as on a miss, and :meth:`answered`
+        compares its answer with ``adapted``'s."""
+        self.explored = (candidate, adapted)
+        self.info.explored = True
+
+    def answered(self, fresh: str | None, adapt_free: AdaptFree) -> None:
+        """The LLM gave ``fresh`` (valid; ``None``: tool calls, nothing to compare): under a
+        budget, label the explored hit or the miss's nearest entry by comparing its answer
+        with ``fresh``."""
+        if self.policy.wrong_hit_budget is None or self.info.label is not None or fresh is None:
+            return
+        adapted: Adapted | None
+        if self.explored is not None:
+            candidate, adapted = self.explored
+        elif self._near is not None:
+            candidate = self._near
+            if self.shape.is_tool_call_entry(candidate.entry):
+                return
+            try:
+                adapted = adapt_free(candidate)
+            except ConfigurationError:
+                return
+            if adapted is None:
+                return
+        else:
+            return
+        if not adapted.valid or adapted.content is None:
+            if not self.shape.is_tool_call_entry(candidate.entry):
+                self._label(candidate, False)
+            return
+        ok = self.same(adapted.content, fresh)
+        if ok is None:
+            return
+        self._label(candidate, ok)
+        if not adapted.usage.total_tokens and candidate.entry.messages == self.messages:
+            # The cached answer was itself a fresh answer to this very prompt, served as it
+            # was: the two are a pair, a measure of the model's own variability.
+            self.paired(ok)
+
+    def twin_wanted(self) -> bool:
+        """Whether this miss is asked a second time, for a pair of fresh answers."""
+        budget = self.policy.wrong_hit_budget
+        return budget is not None and self.evidence.twin(budget, self.policy.twin_rate)
+
+    def paired(self, same: bool) -> None:
+        """Two fresh answers to this call's prompt were compared (``same``: alike)."""
+        self.info.pair = same
+        self.evidence.pair(same)
+
+    def same(self, cached: str, fresh: str) -> bool | None:
+        """Whether the category's equivalence calls two answers the same (``None``: it
+        failed, which gives no label)."""
+        equivalent = self.policy.equivalence or same_answer
+        try:
+            return bool(equivalent(cached, fresh))
+        except Exception:
+            logger.warning("the equivalence failed; no label for this call", exc_info=True)
+            return None
+
+    def _label(self, candidate: Candidate, ok: bool) -> None:
+        """Label the table by ``candidate`` (the call's nearest entry), and its verified stream
+        too when the verifier said yes to it."""
+        self.info.label = ok
+        cosine = candidate.similarity.cosine
+        self.evidence.label(cosine, ok)
+        if self.info.verified:
+            self.evidence.label(cosine, ok, "verified")
