@@ -51,7 +51,7 @@ from .rules import (
     ScheduleRule,
 )
 from .schemas import narrow_choice, narrow_insights, narrow_location, narrowed
-from .text import copies_placeholder, placeholder_patterns
+from .text import copies_placeholder, degenerate, format_literals, placeholder_patterns
 from .tolerance import (
     SameOption,
     SamePlaces,
@@ -224,13 +224,23 @@ class Template(Generic[R]):
             self.schedule.check(result, req)
         if self.check is not None:
             self.check(result, req)
-        if any(copies_placeholder(text, self._placeholders) for text in _strings(result)):
-            raise ValueError("the answer repeats its format's placeholder instead of answering")
+        for text in _strings(result):
+            if copies_placeholder(text, self._placeholders) or any(
+                literal in text for literal in self._literals
+            ):
+                raise ValueError("the answer repeats its format's placeholder instead of answering")
+            why = degenerate(text)
+            if why is not None:
+                raise ValueError(f"the answer is degenerate: {why}")
         return result
 
     @functools.cached_property
     def _placeholders(self) -> tuple[re.Pattern[str], ...]:
         return placeholder_patterns(self.answer_format)
+
+    @functools.cached_property
+    def _literals(self) -> tuple[str, ...]:
+        return format_literals(self.answer_format)
 
     @property
     def uses_text(self) -> bool:

@@ -20,6 +20,7 @@ digit or a quotation mark is still valid.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Annotated
 
@@ -28,6 +29,8 @@ from pydantic import AfterValidator, Field
 __all__ = [
     "FreeText",
     "copies_placeholder",
+    "degenerate",
+    "format_literals",
     "is_placeholder",
     "placeholder_patterns",
     "text_pattern",
@@ -75,6 +78,48 @@ def copies_placeholder(text: str, patterns: tuple[re.Pattern[str], ...]) -> bool
     """Whether ``text`` is one of the format's placeholders without its brackets."""
     letters = _letters(text)
     return bool(letters) and any(p.fullmatch(letters) for p in patterns)
+
+
+# A quoted value of an answer format with no placeholder in it: a literal that stands for a
+# value, such as the "HH:MM" of a plan's times. Only those with a letter: a real value of
+# the same field ("06:00") never holds one, so an answer holding the literal copied it.
+_QUOTED = re.compile(r'"([^"<>{}]*[A-Za-z][^"<>{}]*)"\s*[,}\]]')
+
+
+def format_literals(answer_format: str) -> tuple[str, ...]:
+    """The literal stand-ins of an answer format (``HH:MM``): quoted values that are not
+    keys and hold no ``<placeholder>``. An answer string that contains one echoes the
+    format instead of answering (standard run 3 of 2026-11-25 carried ``HH:MM`` as an
+    activity or status into the keywords of 331 of its 3,213 calls)."""
+    return tuple(dict.fromkeys(_QUOTED.findall(answer_format)))
+
+
+_WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+(?:[.:]\d+)?")
+_NUMBER = re.compile(r"\d+(?:[.:]\d+)?")
+
+
+def degenerate(text: str) -> str | None:
+    """Why ``text`` is not an answer a person would give, or ``None``: a list of numbers
+    ("Males, females, ages 22, 26, 21, 21, 1, 1, 2, 2, ...": five or more numbers making up
+    at least 40% of its words), or runaway repetition (the same word four times running, or
+    twelve or more words of which fewer than a third differ). Short answers pass: a one-word
+    plan ("Birthing") says little, but it is not a decoding failure, and what it says is the
+    model's to answer for (the study's samples show such answers to a reader)."""
+    words = _WORD.findall(text)
+    if not words:
+        return None
+    numbers = sum(1 for w in words if _NUMBER.fullmatch(w))
+    if numbers >= 5 and numbers >= 0.4 * len(words):
+        return f"a list of numbers ({numbers} of its {len(words)} words)"
+    lowered = [w.lower() for w in words]
+    run = 1
+    for previous, word in itertools.pairwise(lowered):
+        run = run + 1 if word == previous else 1
+        if run >= 4:
+            return f"runaway repetition ({word!r} {run} times running)"
+    if len(lowered) >= 12 and len(set(lowered)) < len(lowered) / 3:
+        return f"runaway repetition ({len(set(lowered))} different words of {len(lowered)})"
+    return None
 
 
 def _checked(text: str) -> str:

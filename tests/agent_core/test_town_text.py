@@ -12,7 +12,7 @@ from agent_core.responses import (
     SummaryResponse,
     parse_lenient,
 )
-from agent_core.text import is_placeholder
+from agent_core.text import degenerate, format_literals, is_placeholder
 
 # Answers a standard run on SmolLM2-135M gave (shortened): well-formed JSON, no answer.
 COPIED = [
@@ -74,3 +74,58 @@ def test_a_real_answer_of_each_kind_passes() -> None:
         '{"utterance": "Hi Mary, what are you drawing?", "end_conversation": false}'
     )
     assert said.utterance.startswith("Hi Mary")
+
+
+# Answers the committed standard runs (SmolLM2-135M, 2026-11-25) accepted, shortened: a format's
+# literal stand-in copied into a value, and decoding that ran away.
+ECHOED_OR_DEGENERATE = [
+    (
+        "plan decomposition",
+        '{"tasks": [{"start": "06:00", "end": "08:00", "activity": "HH:MM", '
+        '"location": "Riverview High School"}, {"start": "08:00", "end": "09:00", '
+        '"activity": "walking to school", "location": "Riverview High School"}]}',
+        "placeholder",
+    ),
+    (
+        "memory summary",
+        '{"summary": "Males, females, ages 22, 26, 21, 21, 1, 1, 2, 2, 2, 2, 1, 1, 1"}',
+        "list of numbers",
+    ),
+    (
+        "new actor statuses",
+        '{"status": "System: 42:1:1:1:1:1:1:1:1:4:2:2:2:1:0:3:1:4:1:2:1"}',
+        "list of numbers",
+    ),
+    ("memory summary", '{"summary": "She is She is She is She is very very very very"}', "runaway"),
+    (
+        "relationship summary",
+        '{"summary": "' + " ".join(["the cafe is open and the cafe is"] * 4) + '"}',
+        "runaway",
+    ),
+]
+
+
+@pytest.mark.parametrize(("category", "answer", "why"), ECHOED_OR_DEGENERATE)
+def test_an_echoed_literal_or_a_degenerate_answer_is_invalid(
+    category: str, answer: str, why: str
+) -> None:
+    with pytest.raises(ValueError, match=why):
+        template(category).parse(answer)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Birthing",  # says little, but is no decoding failure: the report shows such samples
+        "Open the cafe at 8:00 am and close it at 8:00 pm",
+        "Buy 2 coffees, 3 muffins and 1 croissant for the party",
+        "Isabella is very, very happy about the party",
+    ],
+)
+def test_ordinary_text_with_numbers_or_repeats_is_not_degenerate(text: str) -> None:
+    assert degenerate(text) is None
+
+
+def test_format_literals_are_the_quoted_stand_ins_not_the_placeholders() -> None:
+    assert format_literals('{"start": "HH:MM", "activity": "<what {name} does>"}') == ("HH:MM",)
+    assert format_literals('{"score": <an integer from 1 to 10>}') == ()
