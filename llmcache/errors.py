@@ -10,6 +10,7 @@ from ._errors import (
     EmbedderMismatchError,
     InvalidResponseError,
     LLMCacheError,
+    ReplayInputError,
     StoreError,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "EmbedderMismatchError",
     "InvalidResponseError",
     "LLMCacheError",
+    "ReplayInputError",
     "StoreError",
 ]
