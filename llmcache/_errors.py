@@ -14,6 +14,8 @@ can catch the whole family with one ``except``::
     ├── InvalidResponseError        the LLM answered invalidly after every retry and escalation
     ├── ReplayInputError            a recording or call file to replay has malformed lines
     │                               (every one of them named, after the good ones were read)
+    ├── ReplayError                 a replayed call asked the recording for what it does not
+    │                               hold (a modifier's revision prompt), or failed in the cache
     └── LocalServerError            (``llmcache.llm``, the LLM runtime) the local OpenAI-compatible
                                     server could not start or is missing
 
@@ -36,6 +38,7 @@ __all__ = [
     "EmbedderMismatchError",
     "InvalidResponseError",
     "LLMCacheError",
+    "ReplayError",
     "ReplayInputError",
     "StoreError",
 ]
@@ -109,3 +112,8 @@ class ReplayInputError(LLMCacheError, ValueError):
         self.source = source
         self.problems = problems
         self.good = good
+
+
+class ReplayError(LLMCacheError):
+    """A replay could not go on: a call sent a request that is none of the recording's
+    prompts (a modifier's revision, which no recording answers), or failed in the cache."""

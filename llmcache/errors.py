@@ -10,6 +10,7 @@ from ._errors import (
     EmbedderMismatchError,
     InvalidResponseError,
     LLMCacheError,
+    ReplayError,
     ReplayInputError,
     StoreError,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "EmbedderMismatchError",
     "InvalidResponseError",
     "LLMCacheError",
+    "ReplayError",
     "ReplayInputError",
     "StoreError",
 ]
