@@ -50,6 +50,8 @@ __all__ = [
     "figures",
     "options_for",
     "replay",
+    "report_of",
+    "with_equivalences",
 ]
 
 Equivalence = Callable[[str, str], bool]
@@ -350,7 +352,7 @@ class ReplayReport(BaseModel):
                 lines.append(f"    query:  {_short(hit.query)}")
                 lines.append(f"    served: {_short(hit.served)}   true: {_short(hit.truth)}")
             if len(self.wrong_hits) > wrong_hits:
-                lines.append(f"  … and {len(self.wrong_hits) - wrong_hits} more (--json)")
+                lines.append(f"  … and {len(self.wrong_hits) - wrong_hits} more")
         return "\n".join(lines)
 
 

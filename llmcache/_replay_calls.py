@@ -65,8 +65,11 @@ class ReplayCall(BaseModel):
         return str(self.params.get("model") or UNNAMED_MODEL)
 
     def prompt_key(self) -> str:
-        """What makes two calls the same prompt: their messages and output parameters."""
-        return json.dumps([self.messages, self.params], sort_keys=True, ensure_ascii=False)
+        """What makes two calls the same prompt: their category, messages and output
+        parameters (the category too: two categories may grade one text differently)."""
+        return json.dumps(
+            [self.category, self.messages, self.params], sort_keys=True, ensure_ascii=False
+        )
 
 
 class ReplayInput(BaseModel):
