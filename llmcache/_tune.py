@@ -41,8 +41,8 @@ from ._types import EmbedMode
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
-    "Candidate",
     "CategoryChoice",
+    "Setting",
     "Split",
     "TuneResult",
     "check_mask",
@@ -56,7 +56,7 @@ Split = Literal["time", "agents"]
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.80 + 0.01 * i, 2) for i in range(20))
 
 
-class Candidate(BaseModel):
+class Setting(BaseModel):
     """One setting a category may be cached with."""
 
     model_config = ConfigDict(frozen=True)
@@ -73,7 +73,7 @@ class CategoryChoice(BaseModel):
     the category is left uncached (``why`` says why)."""
 
     category: str
-    setting: Candidate | None
+    setting: Setting | None
     why: str
     tune: Figures | None = None
     check: Figures | None = None
@@ -183,7 +183,7 @@ def _within(f: Figures, delta: float) -> bool:
 
 def select(
     category: str,
-    measured: Sequence[tuple[Candidate, Figures, Figures]],
+    measured: Sequence[tuple[Setting, Figures, Figures]],
     delta: float,
     max_checks: int = 3,
 ) -> CategoryChoice:
@@ -276,8 +276,8 @@ def tune(
     mask = check_mask(calls, split, check_fraction)
     equivalences = equivalences_for(calls, base_config)
     categories = sorted({c.category for c in calls})
-    measured: dict[str, list[tuple[Candidate, Figures, Figures]]] = defaultdict(list)
-    candidates = [Candidate(embed=e, threshold=t) for e in embeds for t in thresholds]
+    measured: dict[str, list[tuple[Setting, Figures, Figures]]] = defaultdict(list)
+    candidates = [Setting(embed=e, threshold=t) for e in embeds for t in thresholds]
     for candidate in candidates:
         policy = CategoryPolicy(embed=candidate.embed, threshold=candidate.threshold)
         config = _config_with(base_config, dict.fromkeys(categories, policy), equivalences)

@@ -15,21 +15,30 @@ from ._replay import (
     ReplayReport,
     WrongHit,
     equivalences_for,
+    figures,
     replay,
 )
 from ._replay_calls import ReplayCall, ReplayInput, calls_from_records, read_calls, read_recording
+from ._tune import CategoryChoice, Setting, TuneResult, check_mask, select, tune
 
 __all__ = [
     "CallResult",
+    "CategoryChoice",
     "Figures",
     "RecordedUpstream",
     "ReplayCall",
     "ReplayInput",
     "ReplayReport",
+    "Setting",
+    "TuneResult",
     "WrongHit",
     "calls_from_records",
+    "check_mask",
     "equivalences_for",
+    "figures",
     "read_calls",
     "read_recording",
     "replay",
+    "select",
+    "tune",
 ]
