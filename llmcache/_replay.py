@@ -35,6 +35,7 @@ from ._client import CachedLLM
 from ._config import CacheConfig, CategoryPolicy
 from ._equivalence import Within, equivalence_name, one_number, same_answer
 from ._errors import LLMCacheError, ReplayError
+from ._filing import embedding_text
 from ._ledger import PriceTable
 from ._protocols import Embedder
 from ._replay_calls import ReplayCall, ReplayInput
@@ -46,6 +47,7 @@ __all__ = [
     "RecordedUpstream",
     "ReplayReport",
     "WrongHit",
+    "embedding_texts",
     "equivalences_for",
     "figures",
     "options_for",
@@ -379,6 +381,20 @@ def options_for(call: ReplayCall) -> CacheOptions:
     if not keywords or not any(k.strip() for k in keywords):
         return CacheOptions(category=call.category, agent=call.agent, embed=EmbedMode.FULL)
     return CacheOptions(category=call.category, agent=call.agent, keywords=tuple(keywords))
+
+
+def embedding_texts(calls: Iterable[ReplayCall], modes: Iterable[EmbedMode]) -> list[str]:
+    """The texts replays of ``calls`` in the embed ``modes`` look up, each once (to embed them
+    in batches before, e.g. with :meth:`~llmcache.embedders.StoredEmbedder.warm`)."""
+    wanted = set(modes)
+    texts: dict[str, None] = {}
+    for call in calls:
+        options = options_for(call)
+        if EmbedMode.KEYWORD in wanted and options.keywords:
+            texts[embedding_text(EmbedMode.KEYWORD, options, call.messages)] = None
+        if EmbedMode.FULL in wanted or not options.keywords:
+            texts[embedding_text(EmbedMode.FULL, options, call.messages)] = None
+    return list(texts)
 
 
 def _load_config(config: CacheConfig | str | os.PathLike[str] | None) -> CacheConfig:

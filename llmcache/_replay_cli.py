@@ -11,9 +11,8 @@ from pathlib import Path
 
 from ._embedders import StoredEmbedder, default_embedder
 from ._errors import ConfigurationError, LLMCacheError
-from ._filing import embedding_text, messages_text
 from ._hash_embedder import HashEmbedder
-from ._replay import options_for, replay
+from ._replay import embedding_texts, replay
 from ._replay_calls import ReplayCall, ReplayInput, read_calls, read_recording
 from ._tune import DEFAULT_THRESHOLDS, tune
 from ._types import EmbedMode
@@ -61,14 +60,7 @@ def _embedder(args: argparse.Namespace) -> StoredEmbedder:
 
 def warm(embedder: StoredEmbedder, calls: Sequence[ReplayCall], modes: Sequence[EmbedMode]) -> int:
     """Embed, in batches, every text the replays of ``calls`` in ``modes`` will look up."""
-    texts: list[str] = []
-    for call in calls:
-        options = options_for(call)
-        if EmbedMode.KEYWORD in modes and options.keywords:
-            texts.append(embedding_text(EmbedMode.KEYWORD, options, call.messages))
-        if EmbedMode.FULL in modes or not options.keywords:
-            texts.append(messages_text(call.messages))
-    return embedder.warm(texts)
+    return embedder.warm(embedding_texts(calls, modes))
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -92,6 +92,7 @@ SURFACE: dict[str, set[str]] = {
         "WrongHit",
         "calls_from_records",
         "check_mask",
+        "embedding_texts",
         "equivalences_for",
         "figures",
         "read_calls",
