@@ -4,13 +4,15 @@ rest.
 
 Every candidate setting is one replay of the whole recording (:func:`~llmcache.replay.replay`:
 the live cache, the recording as the model); each call is counted in the *tune* part (earlier
-calls, or some agents) or the *check* part (the rest). Per category, candidates whose tune-part
-excess has a 95% upper bound at most δ are taken in order of their tune-part cost cut; the first
-whose check-part bound is also at most δ (and which cuts cost there) is chosen. At most
-``max_checks`` candidates are looked at on the check part, so that the check part stays a
-check, not a second search. A category where none is confirmed is left uncached
-(``bypass``), with the reason. The chosen settings are then replayed once more together, and
-the figures written beside the configuration are that replay's.
+calls, or some agents) or the *check* part (the rest). The tune part chooses, the check part
+bounds. Per category, candidates whose tune-part excess is at most δ (its estimate: with a few
+hundred calls a part's 95% bound is ten points wide or more, too wide to choose by) are taken
+in order of their tune-part cost cut; the first whose check-part excess has a 95% upper bound
+at most δ (and which cuts cost there) is chosen. At most ``max_checks`` candidates are looked
+at on the check part, so that the check part stays a check, not a second search. A category
+where none is confirmed is left uncached (``bypass``), with the reason. The chosen settings
+are then replayed once more together, and the figures written beside the configuration are
+that replay's.
 """
 
 from __future__ import annotations
@@ -178,7 +180,13 @@ def _by_category(
 
 
 def _within(f: Figures, delta: float) -> bool:
+    """Whether the 95% upper bound of the excess is at most δ (what the check part must show)."""
     return f.served > 0 and f.excess_upper is not None and f.excess_upper <= 100 * delta
+
+
+def _estimated_within(f: Figures, delta: float) -> bool:
+    """Whether the estimated excess is at most δ (what the tune part must show)."""
+    return f.served > 0 and f.excess is not None and f.excess <= 100 * delta
 
 
 def select(
@@ -189,12 +197,12 @@ def select(
 ) -> CategoryChoice:
     """The choice for one category from each candidate's ``(tune, check)`` figures: see the
     module's docstring. A choice always has a check-part bound at most δ."""
-    qualified = [m for m in measured if _within(m[1], delta) and m[1].cost_cut > 0]
+    qualified = [m for m in measured if _estimated_within(m[1], delta) and m[1].cost_cut > 0]
     if not qualified:
         return CategoryChoice(
             category=category,
             setting=None,
-            why=f"no setting served with an excess upper bound <= {100 * delta:g} points "
+            why=f"no setting served with an estimated excess <= {100 * delta:g} points "
             "and a cost cut on the tune part",
         )
     # The largest cut first; of equal cuts, the strictest threshold.
