@@ -3,16 +3,17 @@ JSONL file of calls (one a line), each with the answer the model really gave."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ReplayInputError
-from ._recorder import RecordedCall, read_records
+from ._recorder import RecordedCall
 from ._tokens import count_message_tokens, count_tokens
 from ._types import refuse_unknown_fields
 
@@ -115,10 +116,36 @@ def calls_from_records(records: Iterable[RecordedCall]) -> ReplayInput:
     return ReplayInput(calls=calls, skipped=dict(skipped))
 
 
+def _lines(where: Path) -> Iterator[str]:
+    if where.suffix == ".gz":
+        with gzip.open(where, "rt", encoding="utf-8") as packed:
+            yield from packed
+    else:
+        with where.open(encoding="utf-8") as plain:
+            yield from plain
+
+
 def read_recording(path: str | Path) -> ReplayInput:
     """The replayable calls of a file the library's :class:`~llmcache.recording.Recorder`
-    wrote (``.jsonl`` or ``.jsonl.gz``); see :func:`calls_from_records`."""
-    return calls_from_records(read_records(path, include_invalid=True))
+    wrote (``.jsonl`` or ``.jsonl.gz``); see :func:`calls_from_records`. A line that is not a
+    recorded call (a crash's truncated last line, damage) is skipped and counted."""
+    where = Path(path)
+    records: list[RecordedCall] = []
+    unreadable = 0
+    try:
+        for line in _lines(where):
+            if not line.strip():
+                continue
+            try:
+                records.append(RecordedCall.model_validate_json(line))
+            except ValueError:
+                unreadable += 1
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise ReplayInputError(str(where), [(0, f"cannot read the file: {exc}")], 0) from None
+    read = calls_from_records(records)
+    if unreadable:
+        read.skipped["unreadable line"] = unreadable
+    return read
 
 
 def _call_of_line(data: Any) -> ReplayCall:

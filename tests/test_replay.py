@@ -165,8 +165,11 @@ def test_recorded_hits_are_left_out_and_counted(tmp_path: Path) -> None:
         FakeOpenAI(_model), tmp_path / "c", embedder=HashEmbedder(), recorder=recording
     ) as client:
         outcomes = [outcome for outcome, _ in _send(client)]
+    with recording.open("a") as damaged:
+        damaged.write('{"kind": "call", "category": "importance"\n')  # a crash's torn line
     read = read_recording(recording)
     assert len(read.calls) == outcomes.count("miss")
+    assert read.skipped.pop("unreadable line") == 1
     assert sum(read.skipped.values()) == outcomes.count("hit") > 0
 
 
