@@ -371,12 +371,17 @@ def _name(equivalence: Equivalence) -> str:
 # -- running -------------------------------------------------------------------------------
 
 
-def options_for(call: ReplayCall) -> CacheOptions:
+def options_for(call: ReplayCall, slots: Sequence[str] | None = None) -> CacheOptions:
     """The cache options a recorded call is replayed with: its category, agent and keywords
-    (its slot values when it gave slots only). A call without keywords is embedded by its
-    whole prompt, as a recognised template without slots is."""
+    (its slot values when it gave slots only). ``slots`` names the slots whose values are the
+    keywords instead, for a call that carries them (a keyword-slot choice being tried; a call
+    with none of them keeps its own). A call without keywords is embedded by its whole prompt,
+    as a recognised template without slots is."""
     keywords = call.keywords
-    if keywords is None and call.slots:
+    chosen = [call.slots[name] for name in slots or () if call.slots and name in call.slots]
+    if chosen:
+        keywords = chosen
+    elif keywords is None and call.slots:
         keywords = list(call.slots.values())
     if not keywords or not any(k.strip() for k in keywords):
         return CacheOptions(category=call.category, agent=call.agent, embed=EmbedMode.FULL)
@@ -385,13 +390,17 @@ def options_for(call: ReplayCall) -> CacheOptions:
 
 def embedding_texts(calls: Iterable[ReplayCall], modes: Iterable[EmbedMode]) -> list[str]:
     """The texts replays of ``calls`` in the embed ``modes`` look up, each once (to embed them
-    in batches before, e.g. with :meth:`~llmcache.embedders.StoredEmbedder.warm`)."""
+    in batches before, e.g. with :meth:`~llmcache.embedders.StoredEmbedder.warm`); in keyword
+    mode, those of every single slot a call carries as well (the choices ``tune`` tries)."""
     wanted = set(modes)
     texts: dict[str, None] = {}
     for call in calls:
         options = options_for(call)
         if EmbedMode.KEYWORD in wanted and options.keywords:
             texts[embedding_text(EmbedMode.KEYWORD, options, call.messages)] = None
+            for name in call.slots or {}:
+                one = options_for(call, (name,))
+                texts[embedding_text(EmbedMode.KEYWORD, one, call.messages)] = None
         if EmbedMode.FULL in wanted or not options.keywords:
             texts[embedding_text(EmbedMode.FULL, options, call.messages)] = None
     return list(texts)
@@ -412,6 +421,7 @@ def replay(
     embedder: Embedder | None = None,
     seed: int | None = 0,
     prices: PriceTable | None = None,
+    keyword_slots: Mapping[str, Sequence[str]] | None = None,
 ) -> ReplayReport:
     """Replay ``calls`` in order through a fresh cache (a temporary directory) configured by
     ``config`` (a :class:`~llmcache.CacheConfig` or a file; default: the defaults), the
@@ -420,6 +430,9 @@ def replay(
 
     Pass a :class:`~llmcache.embedders.StoredEmbedder` as ``embedder`` to embed each text once
     across replays (default: :func:`~llmcache.embedders.default_embedder`).
+    ``keyword_slots`` names, per category, the slots whose values are the keywords of the calls
+    that carry slots (what a template's ``keyword_slots`` says in live use; see
+    :func:`options_for`).
     """
     skipped: dict[str, int] = {}
     if isinstance(calls, ReplayInput):
@@ -446,7 +459,9 @@ def replay(
                 upstream.ask(index)
                 try:
                     response, info = client.chat.completions.create_with_info(
-                        messages=call.messages, **call.params, cache=options_for(call)
+                        messages=call.messages,
+                        **call.params,
+                        cache=options_for(call, (keyword_slots or {}).get(call.category)),
                     )
                 except LLMCacheError as exc:
                     raise ReplayError(f"call {index} ({call.category}) failed: {exc}") from exc

@@ -1,6 +1,6 @@
-"""Tune: per category, the setting (embed mode, threshold) with the largest cost cut whose
-excess of wrong hits is bounded by δ, chosen on one part of a recording and confirmed on the
-rest.
+"""Tune: per category, the setting (embed mode, threshold, and keyword slots where calls carry
+slots) with the largest cost cut whose excess of wrong hits is bounded by δ, chosen on one
+part of a recording and confirmed on the rest.
 
 Every candidate setting is one replay of the whole recording (:func:`~llmcache.replay.replay`:
 the live cache, the recording as the model); each call is counted in the *tune* part (earlier
@@ -59,15 +59,19 @@ DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.80 + 0.01 * i, 2) for i in
 
 
 class Setting(BaseModel):
-    """One setting a category may be cached with."""
+    """One setting a category may be cached with. ``slots``: in keyword mode, the slots whose
+    values are the keywords of calls that carry slots (``None``: the call's own keywords, or
+    every slot)."""
 
     model_config = ConfigDict(frozen=True)
 
     embed: EmbedMode
     threshold: float
+    slots: tuple[str, ...] | None = None
 
     def describe(self) -> str:
-        return f"{self.embed.value} mode, threshold {self.threshold:.2f}"
+        keyed = f" (keywords: slot {', '.join(self.slots)})" if self.slots else ""
+        return f"{self.embed.value} mode{keyed}, threshold {self.threshold:.2f}"
 
 
 class CategoryChoice(BaseModel):
@@ -95,6 +99,7 @@ class TuneResult(BaseModel):
     choices: dict[str, CategoryChoice]
     check: ReplayReport
     tuned_on: ReplayReport
+    keyword_slots: dict[str, list[str]] = {}
     candidates: int = 0
     seconds: float = 0.0
 
@@ -113,6 +118,13 @@ class TuneResult(BaseModel):
                     "setting": None if c.setting is None else c.setting.model_dump(mode="json"),
                     "why": c.why,
                     "checked": c.checked,
+                    # A configuration does not choose a template's keyword slots: its
+                    # PromptTemplate(keyword_slots=...) does; the choice is written here.
+                    **(
+                        {"keyword_slots": self.keyword_slots[name]}
+                        if name in self.keyword_slots
+                        else {}
+                    ),
                 }
                 for name, c in sorted(self.choices.items())
             },
@@ -127,6 +139,9 @@ class TuneResult(BaseModel):
         for name, choice in sorted(self.choices.items()):
             chosen = "uncached" if choice.setting is None else choice.setting.describe()
             lines.append(f"  {name}: {chosen} -- {choice.why}")
+            if name in self.keyword_slots:
+                slots = ", ".join(repr(n) for n in self.keyword_slots[name])
+                lines.append(f"    (set the template's keyword_slots to ({slots},))")
         lines.append("")
         lines.append("check part (the chosen settings, replayed together):")
         lines.append(self.check.render(wrong_hits=10))
@@ -260,9 +275,13 @@ def tune(
     prices: PriceTable | None = None,
     max_checks: int = 3,
 ) -> TuneResult:
-    """Choose each category's embed mode and threshold from ``calls`` (see the module's
+    """Choose each category's embed mode, threshold and (where its calls carry more than one
+    slot) keyword slot from ``calls`` (see the module's
     docstring): a configuration (``base``'s other settings kept) whose every cached category
-    showed, on the check part, an excess whose 95% upper bound is at most ``delta``.
+    showed, on the check part, an excess whose 95% upper bound is at most ``delta``. A
+    configuration does not choose a template's keyword slots: a slot choice is reported in
+    :attr:`TuneResult.keyword_slots` (and beside the file), for the template's own
+    ``keyword_slots``.
 
     Pass a :class:`~llmcache.embedders.StoredEmbedder` as ``embedder``: every candidate is a
     replay, and the texts are the same in all of them."""
@@ -285,16 +304,35 @@ def tune(
     equivalences = equivalences_for(calls, base_config)
     categories = sorted({c.category for c in calls})
     measured: dict[str, list[tuple[Setting, Figures, Figures]]] = defaultdict(list)
-    candidates = [Setting(embed=e, threshold=t) for e in embeds for t in thresholds]
-    for candidate in candidates:
-        policy = CategoryPolicy(embed=candidate.embed, threshold=candidate.threshold)
-        config = _config_with(base_config, dict.fromkeys(categories, policy), equivalences)
-        report = replay(calls, config, embedder=embedder, seed=seed, prices=prices)
-        tuned = _by_category(report.results, calls, mask, False, equivalences)
-        checked = _by_category(report.results, calls, mask, True, equivalences)
-        for name in categories:
-            if name in tuned and name in checked:
-                measured[name].append((candidate, tuned[name], checked[name]))
+    # Keyword slots are a choice only where calls carry slots, and more than one of them.
+    slot_choices: dict[str, list[tuple[str, ...] | None]] = {}
+    for name in categories:
+        names = sorted({n for c in calls if c.category == name for n in c.slots or {}})
+        slot_choices[name] = [None] + ([(n,) for n in names] if len(names) > 1 else [])
+    rounds = max((len(v) for v in slot_choices.values()), default=1)
+    replays = 0
+    for embed in embeds:
+        for j in range(rounds if embed is EmbedMode.KEYWORD else 1):
+            chosen = {n: v[j] for n, v in slot_choices.items() if j < len(v)}
+            keyword_slots = {n: list(v) for n, v in chosen.items() if v}
+            for threshold in thresholds:
+                policy = CategoryPolicy(embed=embed, threshold=threshold)
+                config = _config_with(base_config, dict.fromkeys(categories, policy), equivalences)
+                report = replay(
+                    calls,
+                    config,
+                    embedder=embedder,
+                    seed=seed,
+                    prices=prices,
+                    keyword_slots=keyword_slots,
+                )
+                replays += 1
+                tuned = _by_category(report.results, calls, mask, False, equivalences)
+                checked = _by_category(report.results, calls, mask, True, equivalences)
+                for name, slots in chosen.items():
+                    if name in tuned and name in checked:
+                        setting = Setting(embed=embed, threshold=threshold, slots=slots)
+                        measured[name].append((setting, tuned[name], checked[name]))
     choices = {}
     for name in categories:
         if not measured[name]:
@@ -312,8 +350,15 @@ def tune(
         for name, c in choices.items()
     }
     config = _config_with(base_config, settings, equivalences)
+    keyword_slots = {
+        name: list(c.setting.slots)
+        for name, c in choices.items()
+        if c.setting is not None and c.setting.slots
+    }
     # Confirmed together: the figures written beside the file are this replay's.
-    final = replay(calls, config, embedder=embedder, seed=seed, prices=prices)
+    final = replay(
+        calls, config, embedder=embedder, seed=seed, prices=prices, keyword_slots=keyword_slots
+    )
     parts = {}
     for part in (False, True):
         idx = [i for i in range(len(calls)) if mask[i] == part]
@@ -332,6 +377,7 @@ def tune(
         choices=choices,
         check=parts[True],
         tuned_on=parts[False],
-        candidates=len(candidates),
+        keyword_slots=keyword_slots,
+        candidates=replays,
         seconds=time.perf_counter() - started,
     )

@@ -210,3 +210,36 @@ def test_the_commands_replay_and_tune_a_plain_file(
     path.write_text(path.read_text() + "{broken\n")
     assert main(["replay", str(path), *common]) == 1
     assert "line 121" in capsys.readouterr().err
+
+
+def test_where_calls_carry_slots_tuning_tries_each_slot_as_the_keywords() -> None:
+    # Two slots: the clock (different in nearly every call, and telling nothing about the
+    # rating) and the event (which decides it). Keyed by both, a repeated event rarely looks
+    # repeated; keyed by the clock alone, unrelated events look alike.
+    rng = random.Random(3)
+    calls = []
+    for i in range(200):
+        k = rng.randrange(25)
+        event = f"event{k} happens"
+        clock = f"{rng.randrange(24):02d}:{rng.randrange(60):02d}"
+        calls.append(
+            ReplayCall(
+                category="importance",
+                agent="Isabella",
+                messages=[{"role": "user", "content": f"At {clock}, rate: {event}"}],
+                slots={"clock": clock, "event": event},
+                answer=str(1 + (k * 7) % 10),
+                time=float(i),
+            )
+        )
+    result = tune(
+        calls, thresholds=[0.7, 0.95], embeds=[EmbedMode.KEYWORD], embedder=HashEmbedder()
+    )
+    # Three keyword choices (every slot, the clock, the event) at two thresholds.
+    assert result.candidates == 6
+    setting = result.choices["importance"].setting
+    assert setting is not None and setting.slots == ("event",), result.render()
+    assert result.keyword_slots == {"importance": ["event"]}
+    assert result.tuning()["categories"]["importance"]["keyword_slots"] == ["event"]
+    check = result.check.categories["importance"]
+    assert check.excess_upper is not None and check.excess_upper <= 5.0
