@@ -1,4 +1,5 @@
-"""Command line: ``python -m llmcache stats DIR``, ``prune DIR``, ``serve`` and ``proxy``."""
+"""Command line: ``python -m llmcache stats DIR``, ``prune DIR``, ``serve``, ``proxy``,
+``replay RECORDING`` and ``tune RECORDING``."""
 
 from __future__ import annotations
 
@@ -104,6 +105,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         code = proxy_main(argv[1:])
         return code
+    if argv and argv[0] in ("replay", "tune"):
+        from ._replay_cli import replay_main, tune_main
+
+        run_replay = replay_main if argv[0] == "replay" else tune_main
+        code = run_replay(argv[1:])
+        return code
     if argv and argv[0] in ("export", "import"):
         from ._transfer import export_main, import_main
 
@@ -134,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_partitions)
     sub.add_parser("serve", help="start the local OpenAI-compatible LLM server (see --help)")
     sub.add_parser("proxy", help="serve an OpenAI-compatible caching proxy (see --help)")
+    sub.add_parser("replay", help="replay a recording through a configuration (see --help)")
+    sub.add_parser("tune", help="choose settings from a recording under a bound (see --help)")
     sub.add_parser("export", help="copy a cache (directory or postgresql:// DSN) into another")
     sub.add_parser("import", help="copy a cache into this one (same as export, reversed names)")
     args = parser.parse_args(argv)

@@ -62,7 +62,6 @@ they do, that makes the estimate for a lower threshold pessimistic, never optimi
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -72,6 +71,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._equivalence import same_answer
 from ._ledger import POOL_MARKER, UNTABLED_KEY, Ledger, TableStats
 from ._protocols import CacheBackend
 
@@ -162,22 +162,6 @@ _RELOAD_S = 30.0
 # a verifier said yes to (``verified``). Their counters' prefixes.
 Stream = Literal["hits", "verified"]
 _PREFIX: dict[str, str] = {"hits": "wh_", "verified": "wv_"}
-
-
-def same_answer(cached: str, fresh: str) -> bool:
-    """The default equivalence of two answers: equal JSON values when both parse as JSON (key
-    order and spacing do not matter), else equal texts after collapsing whitespace and case.
-
-    Strict on purpose: a paraphrased free-text answer counts as different, so the labels err
-    towards "wrong" and the learned threshold towards strict. Give a category a looser
-    ``equivalence`` (option identity, one field of a parsed answer, embedding similarity)
-    where a different wording is still a right answer.
-    """
-    try:
-        return bool(json.loads(cached) == json.loads(fresh))
-    except (ValueError, TypeError):
-        pass
-    return " ".join(cached.split()).casefold() == " ".join(fresh.split()).casefold()
 
 
 def wilson_interval(wrong: int, n: int, z: float = _Z_TWO_SIDED) -> tuple[float, float]:

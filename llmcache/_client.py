@@ -73,8 +73,11 @@ logger = logging.getLogger("llmcache")
 def _open_cache(
     cache: SemanticCache | str | os.PathLike[str] | CacheBackend | None,
     embedder: Embedder | None,
-    config: CacheConfig | None,
+    config: CacheConfig | str | os.PathLike[str] | None,
 ) -> SemanticCache:
+    if isinstance(config, (str, os.PathLike)):
+        # A file written by CacheConfig.to_file (e.g. by `python -m llmcache tune`).
+        config = CacheConfig.from_file(config)
     if isinstance(cache, SemanticCache):
         if embedder is not None or config is not None:
             raise ConfigurationError(
@@ -297,7 +300,7 @@ class _Base:
         cache: SemanticCache | str | os.PathLike[str] | CacheBackend | None = None,
         *,
         embedder: Embedder | None = None,
-        config: CacheConfig | None = None,
+        config: CacheConfig | str | os.PathLike[str] | None = None,
         recorder: Recorder | str | os.PathLike[str] | None = None,
         templates: Templates | None = None,
         default_agent: str = "",
@@ -670,8 +673,10 @@ class CachedLLM(_Base):
     whenever a call carries ``cache=CacheOptions(...)``.
 
     ``cache`` is a :class:`SemanticCache`, a directory, a ``postgresql://`` DSN or a backend
-    (default: ``$LLMCACHE_DIR`` or ``./.llmcache``). ``recorder`` (a path or
-    :class:`Recorder`) appends every cached call to a JSONL dataset.
+    (default: ``$LLMCACHE_DIR`` or ``./.llmcache``). ``config`` is a :class:`CacheConfig` or
+    the path of a file :meth:`CacheConfig.from_file` reads (``python -m llmcache tune``
+    writes one). ``recorder`` (a path or :class:`Recorder`) appends every cached call to a
+    JSONL dataset.
     """
 
     @cached_property

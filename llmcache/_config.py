@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ._equivalence import equivalence_name, equivalence_named
+from ._errors import ConfigurationError
 from ._types import CacheOptions, EmbedMode, Mode, VerifyPath, refuse_unknown_fields
 
 __all__ = ["CacheConfig", "CategoryPolicy", "Limits", "ResolvedPolicy"]
@@ -160,6 +166,77 @@ class CacheConfig(BaseModel):
     verify_path: VerifyPath = "request"
     detect_exact: bool = True
 
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> CacheConfig:
+        """A configuration written by :meth:`to_file` or by hand, as JSON. A category's
+        ``equivalence`` is given by name (``"exact"``, ``"within:1"``:
+        :func:`~llmcache.verification.equivalence_named`). A top-level
+        ``"tuning"`` object (what ``python -m llmcache tune`` chose each setting on) is for
+        people and is not read. Settings that are code (``modifier``, ``validator``,
+        ``verifier``) cannot come from a file and are refused, as is anything unreadable,
+        each with a :class:`~llmcache.errors.ConfigurationError` naming the file."""
+        where = Path(path)
+        try:
+            text = where.read_text(encoding="utf-8")
+            data = json.loads(text)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigurationError(f"cannot read the configuration {where}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"{where}: a configuration is an object of settings")
+        data.pop("tuning", None)
+        _refuse_code(data, f"{where}")
+        categories = data.get("categories")
+        if isinstance(categories, Mapping):
+            named = {}
+            for name, policy in categories.items():
+                if isinstance(policy, Mapping):
+                    _refuse_code(policy, f"{where}: category {name!r}")
+                    policy = dict(policy)
+                    if isinstance(policy.get("equivalence"), str):
+                        policy["equivalence"] = equivalence_named(policy["equivalence"])
+                named[name] = policy
+            data["categories"] = named
+        try:
+            return cls(**data)
+        except (ValidationError, TypeError) as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
+
+    def to_file(
+        self, path: str | os.PathLike[str], *, tuning: Mapping[str, Any] | None = None
+    ) -> Path:
+        """Write this configuration as JSON that :meth:`from_file` reads back equal, with
+        ``tuning`` (what each setting was chosen on) beside it under ``"tuning"``. Settings
+        that are code (a modifier, validator or verifier; an equivalence without a name) have
+        no file form: refused with a :class:`~llmcache.errors.ConfigurationError`."""
+        _refuse_code(self.model_dump(exclude={"categories"}, exclude_defaults=True), "the cache")
+        data: dict[str, Any] = self.model_dump(
+            mode="json", exclude={"categories", "verifier"}, exclude_defaults=True
+        )
+        categories: dict[str, Any] = {}
+        for name, policy in self.categories.items():
+            _refuse_code(policy.model_dump(exclude={"equivalence"}), f"category {name!r}")
+            entry = policy.model_dump(
+                mode="json",
+                exclude={"equivalence", "modifier", "validator", "verifier"},
+                exclude_defaults=True,
+            )
+            if policy.equivalence is not None:
+                named = equivalence_name(policy.equivalence)
+                if named is None:
+                    raise ConfigurationError(
+                        f"category {name!r}: its equivalence has no name a file can hold "
+                        "(name 'exact' or 'within:N', see llmcache.verification.equivalence_named)"
+                    )
+                entry["equivalence"] = named
+            categories[name] = entry
+        if categories:
+            data["categories"] = categories
+        if tuning is not None:
+            data["tuning"] = dict(tuning)
+        where = Path(path)
+        where.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return where
+
     @property
     def limits(self) -> Limits:
         """The bounds this configuration sets (``Limits().bounded`` is false when none)."""
@@ -211,6 +288,19 @@ class CacheConfig(BaseModel):
             verify_band=_first(options.verify_band, policy.verify_band, self.verify_band),
             verify_path=_first(options.verify_path, policy.verify_path, self.verify_path),
             detect_exact=_first(policy.detect_exact, self.detect_exact),
+        )
+
+
+#: Settings that are code: a file cannot hold them.
+_CODE_SETTINGS = ("modifier", "validator", "verifier")
+
+
+def _refuse_code(settings: Mapping[str, Any], where: str) -> None:
+    given = [name for name in _CODE_SETTINGS if settings.get(name) is not None]
+    if given:
+        raise ConfigurationError(
+            f"{where}: {', '.join(given)} cannot be given in a configuration file (they are "
+            "code): pass them to CacheConfig/CategoryPolicy in Python"
         )
 
 

@@ -8,12 +8,15 @@ whenever the vectors would.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
+import re
+import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +35,7 @@ __all__ = [
     "MemoEmbedder",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
+    "StoredEmbedder",
     "default_embedder",
 ]
 
@@ -533,6 +537,114 @@ class MemoEmbedder:
 # ---------------------------------------------------------------------------------------------
 # Micro-batching across callers
 # ---------------------------------------------------------------------------------------------
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class StoredEmbedder:
+    """Remembers every vector ``inner`` made, by the sha256 of its text, without bound, and
+    with a ``directory`` keeps them in one ``.npz`` file per model there (read when opened,
+    written by :meth:`save`). ``model_id`` and ``dim`` are the inner embedder's: a cache built
+    through it is a cache of the inner model. ``computed`` counts texts sent to ``inner``,
+    ``reused`` texts answered from memory.
+
+    A store file that cannot be read, or holds vectors of another size, is ignored (and
+    rewritten by the next save): the vectors are computed again, never guessed.
+    """
+
+    def __init__(self, inner: Embedder, directory: str | os.PathLike[str] | None = None) -> None:
+        self.inner = inner
+        self._vectors: dict[str, NDArray[np.float32]] = {}
+        self._lock = threading.Lock()
+        self._dirty = False
+        self.computed = 0
+        self.reused = 0
+        self.path: Path | None = None
+        if directory is not None:
+            safe = re.sub(r"[^A-Za-z0-9._-]+", "_", inner.model_id)
+            self.path = Path(directory) / f"{safe}-{inner.dim}.npz"
+            self._load()
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def _load(self) -> None:
+        if self.path is None or not self.path.exists():
+            return
+        try:
+            with np.load(self.path, allow_pickle=False) as stored:
+                keys = [str(k) for k in stored["keys"]]
+                vectors = np.asarray(stored["vectors"], dtype=np.float32)
+        except (OSError, ValueError, KeyError):
+            return  # unreadable: computed again, and rewritten by the next save
+        if vectors.ndim != 2 or vectors.shape != (len(keys), self.dim):
+            return
+        self._vectors = dict(zip(keys, vectors, strict=True))
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        items = _check_texts(texts)
+        keys = [_digest(t) for t in items]
+        with self._lock:
+            pending = {k: t for k, t in zip(keys, items, strict=True) if k not in self._vectors}
+        if pending:
+            made = np.asarray(self.inner.embed(list(pending.values())), dtype=np.float32)
+            if made.shape != (len(pending), self.dim):
+                raise EmbedderError(
+                    f"{self.model_id} returned vectors of shape {made.shape} for "
+                    f"{len(pending)} texts of dimension {self.dim}"
+                )
+            with self._lock:
+                self._vectors.update(zip(pending, made, strict=True))
+                self._dirty = True
+                self.computed += len(pending)
+        with self._lock:
+            self.reused += len(items) - len(pending)
+            if not items:
+                return np.zeros((0, self.dim), dtype=np.float32)
+            return np.stack([self._vectors[k] for k in keys])
+
+    def warm(self, texts: Iterable[str], batch: int = 256) -> int:
+        """Embed every text not yet known, ``batch`` at a time; how many were computed."""
+        before = self.computed
+        todo = list(dict.fromkeys(t for t in texts if _digest(t) not in self._vectors))
+        for start in range(0, len(todo), batch):
+            self.embed(todo[start : start + batch])
+        return self.computed - before
+
+    def save(self) -> None:
+        """Write the vectors to the store file (whole, replacing it atomically); nothing to
+        do without a directory or new vectors."""
+        if self.path is None:
+            return
+        with self._lock:
+            if not self._dirty:
+                return
+            keys = np.array(list(self._vectors), dtype="U64")
+            vectors = (
+                np.stack(list(self._vectors.values()))
+                if self._vectors
+                else np.zeros((0, self.dim), dtype=np.float32)
+            )
+            self._dirty = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".npz.tmp")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                np.savez(out, keys=keys, vectors=vectors)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 class _Pending:

@@ -12,6 +12,10 @@ can catch the whole family with one ``except``::
     │   └── CorruptEntryError       one stored entry is damaged: undecodable, failing its
     │                               checksum, or its value file gone (a counted miss; evicted)
     ├── InvalidResponseError        the LLM answered invalidly after every retry and escalation
+    ├── ReplayInputError            a recording or call file to replay has malformed lines
+    │                               (every one of them named, after the good ones were read)
+    ├── ReplayError                 a replayed call asked the recording for what it does not
+    │                               hold (a modifier's revision prompt), or failed in the cache
     └── LocalServerError            (``llmcache.llm``, the LLM runtime) the local OpenAI-compatible
                                     server could not start or is missing
 
@@ -34,6 +38,8 @@ __all__ = [
     "EmbedderMismatchError",
     "InvalidResponseError",
     "LLMCacheError",
+    "ReplayError",
+    "ReplayInputError",
     "StoreError",
 ]
 
@@ -90,3 +96,24 @@ class InvalidResponseError(LLMCacheError):
         self.usage = usage
         self.cost_usd = cost_usd
         self.last_response = last_response
+
+
+class ReplayInputError(LLMCacheError, ValueError):
+    """Lines of a file to replay that are not calls: ``problems`` lists each as ``(line
+    number, what is wrong)``, all of them, read to the end; ``good`` counts the lines that
+    were calls, none of them lost (read again with ``strict=False`` to use them)."""
+
+    def __init__(self, source: str, problems: list[tuple[int, str]], good: int) -> None:
+        shown = "; ".join(f"line {n}: {why}" for n, why in problems[:10])
+        more = f"; and {len(problems) - 10} more" if len(problems) > 10 else ""
+        super().__init__(
+            f"{source}: {len(problems)} malformed line(s) ({good} good): {shown}{more}"
+        )
+        self.source = source
+        self.problems = problems
+        self.good = good
+
+
+class ReplayError(LLMCacheError):
+    """A replay could not go on: a call sent a request that is none of the recording's
+    prompts (a modifier's revision, which no recording answers), or failed in the cache."""

@@ -11,6 +11,7 @@ from ._embedders import (
     MemoEmbedder,
     MiniLMEmbedder,
     OpenAIEmbedder,
+    StoredEmbedder,
     default_embedder,
 )
 from ._filing import embedding_text, messages_text
@@ -22,6 +23,7 @@ __all__ = [
     "MemoEmbedder",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
+    "StoredEmbedder",
     "default_embedder",
     "embedding_text",
     "messages_text",

@@ -10,6 +10,8 @@ from ._errors import (
     EmbedderMismatchError,
     InvalidResponseError,
     LLMCacheError,
+    ReplayError,
+    ReplayInputError,
     StoreError,
 )
 
@@ -20,5 +22,7 @@ __all__ = [
     "EmbedderMismatchError",
     "InvalidResponseError",
     "LLMCacheError",
+    "ReplayError",
+    "ReplayInputError",
     "StoreError",
 ]

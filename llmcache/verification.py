@@ -4,8 +4,17 @@ verifiers (would one answer serve two requests: re-scoring near misses)."""
 
 from __future__ import annotations
 
-from ._budget import same_answer
+from ._equivalence import Within, equivalence_name, equivalence_named, same_answer
 from ._llm_verifier import LLMVerifier
 from ._protocols import Equivalence, Validator, Verifier
 
-__all__ = ["Equivalence", "LLMVerifier", "Validator", "Verifier", "same_answer"]
+__all__ = [
+    "Equivalence",
+    "LLMVerifier",
+    "Validator",
+    "Verifier",
+    "Within",
+    "equivalence_name",
+    "equivalence_named",
+    "same_answer",
+]

@@ -39,6 +39,8 @@ SURFACE: dict[str, set[str]] = {
         "EmbedderMismatchError",
         "InvalidResponseError",
         "LLMCacheError",
+        "ReplayError",
+        "ReplayInputError",
         "StoreError",
     },
     "llmcache.storage": {
@@ -59,6 +61,7 @@ SURFACE: dict[str, set[str]] = {
         "MemoEmbedder",
         "MiniLMEmbedder",
         "OpenAIEmbedder",
+        "StoredEmbedder",
         "default_embedder",
         "embedding_text",
         "messages_text",
@@ -69,9 +72,35 @@ SURFACE: dict[str, set[str]] = {
         "LLMVerifier",
         "Validator",
         "Verifier",
+        "Within",
+        "equivalence_name",
+        "equivalence_named",
         "same_answer",
     },
     "llmcache.recording": {"RecordedCall", "Recorder", "read_records"},
+    # Replaying recorded traffic through a configuration, and choosing settings from it.
+    "llmcache.replay": {
+        "CallResult",
+        "CategoryChoice",
+        "Figures",
+        "RecordedUpstream",
+        "ReplayCall",
+        "ReplayInput",
+        "ReplayReport",
+        "Setting",
+        "TuneResult",
+        "WrongHit",
+        "calls_from_records",
+        "check_mask",
+        "embedding_texts",
+        "equivalences_for",
+        "figures",
+        "read_calls",
+        "read_recording",
+        "replay",
+        "select",
+        "tune",
+    },
     # The OpenAI-compatible caching proxy (extra [proxy]): settings and the ASGI app.
     "llmcache.proxy": {"ProxyKey", "ProxySettings", "create_app"},
     "llmcache.types": {
@@ -128,7 +157,7 @@ def test_every_public_name_has_one_home() -> None:
 def test_every_error_derives_from_the_one_root() -> None:
     errors_module = importlib.import_module("llmcache.errors")
     errors = [getattr(errors_module, n) for n in errors_module.__all__]
-    assert len(errors) == 7
+    assert len(errors) == 9
     assert all(inspect.isclass(e) and issubclass(e, LLMCacheError) for e in errors)
     # The tree in the root's module docstring names every one of them.
     doc = inspect.getmodule(LLMCacheError).__doc__ or ""  # type: ignore[union-attr]

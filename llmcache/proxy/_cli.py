@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="recognise these prompt templates in requests without cache options",
     )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="a CacheConfig file (JSON or TOML, e.g. written by `python -m llmcache tune`); "
+        "the options below override its settings",
+    )
     parser.add_argument("--mode", choices=[m.value for m in Mode], help="the cache's mode")
     parser.add_argument("--threshold", type=float, help="raw-cosine threshold (default 0.9)")
     parser.add_argument("--wrong-hit-budget", type=float, help="learn thresholds under it")
@@ -116,7 +122,8 @@ def _settings(args: argparse.Namespace) -> ProxySettings:
     }
     try:
         keys = _keys(args)
-        cache_config = CacheConfig(**config)
+        base = CacheConfig() if args.config is None else CacheConfig.from_file(args.config)
+        cache_config = base.updated(**config)
     except ValidationError as exc:
         raise ConfigurationError(describe(exc)) from None
     except OSError as exc:

@@ -1,0 +1,124 @@
+"""The shared agent's memories as replayable calls: Park et al.'s importance ratings.
+
+``../shared/benchmarks/park_demo_isabella/`` holds one agent's associative memory
+(``nodes.json``) and persona (``scratch.json``) after one simulated day of the demo run Park
+et al. published (see that folder's README). Each memory's ``poignancy`` is the rating
+gpt-3.5-turbo gave it through Park's poignancy prompt; this module rebuilds that prompt and
+makes each rated memory one :class:`~llmcache.replay.ReplayCall` whose true answer is the
+recorded rating:
+
+- events and thoughts through ``poignancy_event.txt``, chats through ``poignancy_chat.txt``
+  (Park's files, in ``examples/park_prompts/``), the memory's ``embedding_key`` as the event;
+- the persona's "identity stable set" as Park's ``Scratch.get_str_iss`` writes it, from
+  ``scratch.json`` (its fields are those at the end of the day: the only ones kept), the
+  current date being the memory's own;
+- left out, as the README says: events containing "is idle" (Park rates them 1 without the
+  model) and the daily-plan thoughts "This is ...'s plan for ..." (always 5);
+- the keywords are the memory itself (the one slot that varies), the time its ``created``.
+
+    python benchmarks/park_calls.py --out park_isabella.jsonl   # the plain JSONL importer's format
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from llmcache.replay import ReplayCall
+
+__all__ = ["PARK", "PROMPTS", "park_calls"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PARK = ROOT / ".." / "shared" / "benchmarks" / "park_demo_isabella"
+PROMPTS = ROOT / "examples" / "park_prompts"
+MODEL = "gpt-3.5-turbo"
+
+
+def _template(path: Path) -> str:
+    """A Park prompt file's text after its comment block."""
+    text = path.read_text(encoding="utf-8")
+    return text.split("<commentblockmarker>###</commentblockmarker>", 1)[1].lstrip("\n")
+
+
+def _fill(template: str, inputs: list[str]) -> str:
+    # Park's generate_prompt: each !<INPUT n>! replaced, then the text stripped.
+    for i, value in enumerate(inputs):
+        template = template.replace(f"!<INPUT {i}>!", value)
+    return template.strip()
+
+
+def identity(scratch: dict[str, Any], when: datetime) -> str:
+    """Park's ``Scratch.get_str_iss()`` at ``when``."""
+    return (
+        f"Name: {scratch['name']}\n"
+        f"Age: {scratch['age']}\n"
+        f"Innate traits: {scratch['innate']}\n"
+        f"Learned traits: {scratch['learned']}\n"
+        f"Currently: {scratch['currently']}\n"
+        f"Lifestyle: {scratch['lifestyle']}\n"
+        f"Daily plan requirement: {scratch['daily_plan_req']}\n"
+        f"Current Date: {when.strftime('%A %B %d')}\n"
+    )
+
+
+_PLAN = re.compile(r"^This is .+'s plan for ")
+
+
+def park_calls(folder: Path = PARK, prompts: Path = PROMPTS) -> list[ReplayCall]:
+    """The rated memories of ``folder`` as calls, in the order they were made."""
+    nodes = json.loads((folder / "nodes.json").read_text(encoding="utf-8"))
+    scratch = json.loads((folder / "scratch.json").read_text(encoding="utf-8"))
+    event_prompt = _template(prompts / "poignancy_event.txt")
+    chat_prompt = _template(prompts / "poignancy_chat.txt")
+    name = scratch["name"]
+    out = []
+    ordered = sorted(nodes.values(), key=lambda n: (n["created"], n["node_count"]))
+    for node in ordered:
+        text = node["embedding_key"]
+        if node["type"] == "event" and "is idle" in node["description"]:
+            continue
+        if node["type"] == "thought" and _PLAN.match(node["description"]):
+            continue
+        when = datetime.strptime(node["created"], "%Y-%m-%d %H:%M:%S")
+        template = chat_prompt if node["type"] == "chat" else event_prompt
+        prompt = _fill(template, [name, identity(scratch, when), name, text])
+        out.append(
+            ReplayCall(
+                category="poignancy_chat" if node["type"] == "chat" else "poignancy_event",
+                agent=name,
+                messages=[{"role": "user", "content": prompt}],
+                keywords=[text],
+                answer=str(node["poignancy"]),
+                time=when.timestamp(),
+                params={"model": MODEL},
+            )
+        )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folder", type=Path, default=PARK)
+    parser.add_argument("--prompts", type=Path, default=PROMPTS)
+    parser.add_argument("--out", type=Path, required=True, help="JSONL of calls to write")
+    args = parser.parse_args()
+    if not (args.folder / "nodes.json").exists():
+        sys.stderr.write(f"no {args.folder / 'nodes.json'}: the shared benchmark data is absent\n")
+        return 2
+    calls = park_calls(args.folder, args.prompts)
+    with args.out.open("w", encoding="utf-8") as out:
+        for call in calls:
+            line = call.model_dump(exclude_defaults=True, exclude={"messages", "params"})
+            line = {"prompt": call.messages[0]["content"], "model": MODEL, **line}
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
+    print(f"{len(calls)} calls written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

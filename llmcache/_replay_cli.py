@@ -1,0 +1,193 @@
+"""``python -m llmcache replay RECORDING`` and ``python -m llmcache tune RECORDING``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._embedders import StoredEmbedder, default_embedder
+from ._errors import ConfigurationError, LLMCacheError
+from ._hash_embedder import HashEmbedder
+from ._replay import embedding_texts, replay
+from ._replay_calls import ReplayCall, ReplayInput, read_calls, read_recording
+from ._tune import DEFAULT_THRESHOLDS, tune
+from ._types import EmbedMode
+
+__all__ = ["replay_main", "tune_main"]
+
+
+def _default_store() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "llmcache" / "replay-embeddings"
+
+
+def _looks_recorded(path: Path) -> bool:
+    """Whether a file is the library's own recording (its lines carry ``response`` and
+    ``model``), rather than plain calls (``answer``)."""
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as lines:
+            for line in lines:
+                if line.strip():
+                    first = json.loads(line)
+                    return isinstance(first, dict) and "response" in first and "answer" not in first
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def _read(path: Path, form: str, strict: bool) -> ReplayInput:
+    if not path.exists():
+        raise ConfigurationError(f"no such file: {path}")
+    if form == "auto":
+        form = "recording" if _looks_recorded(path) else "jsonl"
+    if form == "recording":
+        return read_recording(path)
+    return read_calls(path, strict=strict)
+
+
+def _embedder(args: argparse.Namespace) -> StoredEmbedder:
+    inner = HashEmbedder() if args.embedder == "hash" else default_embedder()
+    store = None if args.embeddings == "none" else Path(args.embeddings)
+    return StoredEmbedder(inner, store)
+
+
+def warm(embedder: StoredEmbedder, calls: Sequence[ReplayCall], modes: Sequence[EmbedMode]) -> int:
+    """Embed, in batches, every text the replays of ``calls`` in ``modes`` will look up."""
+    return embedder.warm(embedding_texts(calls, modes))
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recording", type=Path, help="a recording (.jsonl/.jsonl.gz) or calls")
+    parser.add_argument(
+        "--format",
+        choices=("auto", "recording", "jsonl"),
+        default="auto",
+        help="recording: what llmcache's Recorder wrote; jsonl: plain calls, one a line "
+        '({"category", "agent", "prompt" or "messages", "keywords", "answer", "time"}); '
+        "auto (default): told apart by the first line",
+    )
+    parser.add_argument(
+        "--skip-malformed",
+        action="store_true",
+        help="skip and count malformed lines of a jsonl file instead of refusing the file",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seeds the replay's draws (0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--embeddings",
+        default=str(_default_store()),
+        help="directory the embeddings are kept in between runs ('none': not kept; "
+        "default: $XDG_CACHE_HOME/llmcache/replay-embeddings)",
+    )
+    parser.add_argument(
+        "--embedder",
+        choices=("minilm", "hash"),
+        default="minilm",
+        help="minilm: the default embedder; hash: a test double, not a semantic model, for "
+        "trying the commands quickly (its figures mean nothing)",
+    )
+
+
+def replay_main(argv: list[str]) -> int:
+    """Run ``replay`` with ``argv`` (without the ``replay`` word); return the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m llmcache replay",
+        description="Replay recorded calls through a cache configuration, the recording "
+        "answering as the model; print calls, served, cost cut, acceptable answers, the "
+        "model's own agreement and the excess of wrong hits with its 95%% interval.",
+    )
+    _common(parser)
+    parser.add_argument("--config", type=Path, help="a CacheConfig file (default: the defaults)")
+    args = parser.parse_args(argv)
+    try:
+        read = _read(args.recording, args.format, strict=not args.skip_malformed)
+        embedder = _embedder(args)
+        modes = [EmbedMode.KEYWORD, EmbedMode.FULL]
+        warm(embedder, read.calls, modes)
+        embedder.save()
+        report = replay(read, args.config, embedder=embedder, seed=args.seed)
+        embedder.save()
+    except (LLMCacheError, OSError) as exc:
+        sys.stderr.write(f"llmcache replay: {exc}\n")
+        return 1
+    if args.json:
+        listed = [hit.model_dump() for hit in report.wrong_hits]
+        sys.stdout.write(json.dumps({**report.summary(), "wrong_hit_list": listed}) + "\n")
+    else:
+        sys.stdout.write(report.render() + "\n")
+    return 0
+
+
+def _thresholds(text: str) -> list[float]:
+    """``0.80:0.99:0.01`` (from, to, step) or ``0.85,0.9,0.95``."""
+    try:
+        if ":" in text:
+            low, high, step = (float(part) for part in text.split(":"))
+            count = round((high - low) / step) + 1
+            return [round(low + step * i, 6) for i in range(count)]
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"thresholds are FROM:TO:STEP or a list, not {text!r}"
+        ) from None
+
+
+def tune_main(argv: list[str]) -> int:
+    """Run ``tune`` with ``argv`` (without the ``tune`` word); return the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m llmcache tune",
+        description="Choose each category's embed mode and threshold from a recording: the "
+        "largest cost cut whose excess of wrong hits has a 95%% upper bound <= DELTA on the "
+        "check part; write a configuration file with the figures it was chosen on.",
+    )
+    _common(parser)
+    parser.add_argument("--delta", type=float, default=0.05, help="the bound (0.05: 5 points)")
+    parser.add_argument("--out", type=Path, required=True, help="the configuration to write")
+    parser.add_argument("--split", choices=("time", "agents"), default="time")
+    parser.add_argument("--check-fraction", type=float, default=0.5)
+    parser.add_argument(
+        "--thresholds", type=_thresholds, default=list(DEFAULT_THRESHOLDS), help="0.80:0.99:0.01"
+    )
+    parser.add_argument(
+        "--embeds", default="keyword,full", help="embed modes to try (keyword,full)"
+    )
+    parser.add_argument("--config", type=Path, help="a base configuration whose rest is kept")
+    args = parser.parse_args(argv)
+    try:
+        modes = [EmbedMode(m.strip()) for m in args.embeds.split(",") if m.strip()]
+    except ValueError:
+        parser.error(f"--embeds takes keyword and/or full, not {args.embeds!r}")
+    try:
+        read = _read(args.recording, args.format, strict=not args.skip_malformed)
+        embedder = _embedder(args)
+        warm(embedder, read.calls, modes)
+        embedder.save()
+        result = tune(
+            read,
+            delta=args.delta,
+            split=args.split,
+            check_fraction=args.check_fraction,
+            thresholds=args.thresholds,
+            embeds=modes,
+            base=args.config,
+            embedder=embedder,
+            seed=args.seed,
+        )
+        embedder.save()
+        tuning = {**result.tuning(), "recording": args.recording.name}
+        result.config.to_file(args.out, tuning=tuning)
+    except (LLMCacheError, OSError, ValueError) as exc:
+        sys.stderr.write(f"llmcache tune: {exc}\n")
+        return 1
+    if args.json:
+        sys.stdout.write(json.dumps(result.tuning()) + "\n")
+    else:
+        sys.stdout.write(result.render() + f"\n\nwritten: {args.out}\n")
+    return 0

@@ -1,0 +1,383 @@
+"""Tune: per category, the setting (embed mode, threshold, and keyword slots where calls carry
+slots) with the largest cost cut whose excess of wrong hits is bounded by δ, chosen on one
+part of a recording and confirmed on the rest.
+
+Every candidate setting is one replay of the whole recording (:func:`~llmcache.replay.replay`:
+the live cache, the recording as the model); each call is counted in the *tune* part (earlier
+calls, or some agents) or the *check* part (the rest). The tune part chooses, the check part
+bounds. Per category, candidates whose tune-part excess is at most δ (its estimate: with a few
+hundred calls a part's 95% bound is ten points wide or more, too wide to choose by) are taken
+in order of their tune-part cost cut; the first whose check-part excess has a 95% upper bound
+at most δ (and which cuts cost there) is chosen. At most ``max_checks`` candidates are looked
+at on the check part, so that the check part stays a check, not a second search. A category
+where none is confirmed is left uncached (``bypass``), with the reason. The chosen settings
+are then replayed once more together, and the figures written beside the configuration are
+that replay's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ._config import CacheConfig, CategoryPolicy
+from ._ledger import PriceTable
+from ._protocols import Embedder
+from ._replay import (
+    CallResult,
+    Equivalence,
+    Figures,
+    ReplayReport,
+    equivalences_for,
+    figures,
+    replay,
+    report_of,
+)
+from ._replay_calls import ReplayCall, ReplayInput
+from ._types import EmbedMode
+
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "CategoryChoice",
+    "Setting",
+    "Split",
+    "TuneResult",
+    "check_mask",
+    "select",
+    "tune",
+]
+
+Split = Literal["time", "agents"]
+
+#: The raw-cosine thresholds tried by default: 0.80 to 0.99 in steps of 0.01.
+DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.80 + 0.01 * i, 2) for i in range(20))
+
+
+class Setting(BaseModel):
+    """One setting a category may be cached with. ``slots``: in keyword mode, the slots whose
+    values are the keywords of calls that carry slots (``None``: the call's own keywords, or
+    every slot)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    embed: EmbedMode
+    threshold: float
+    slots: tuple[str, ...] | None = None
+
+    def describe(self) -> str:
+        keyed = f" (keywords: slot {', '.join(self.slots)})" if self.slots else ""
+        return f"{self.embed.value} mode{keyed}, threshold {self.threshold:.2f}"
+
+
+class CategoryChoice(BaseModel):
+    """What tuning chose for one category, and on which figures: ``setting`` is ``None`` when
+    the category is left uncached (``why`` says why)."""
+
+    category: str
+    setting: Setting | None
+    why: str
+    tune: Figures | None = None
+    check: Figures | None = None
+    checked: int = 0
+
+
+class TuneResult(BaseModel):
+    """The tuned configuration, each category's choice, and the confirming replay's figures
+    on the check part (``check``) and on the tune part (``tuned_on``)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    delta: float
+    split: Split
+    check_fraction: float
+    config: CacheConfig
+    choices: dict[str, CategoryChoice]
+    check: ReplayReport
+    tuned_on: ReplayReport
+    keyword_slots: dict[str, list[str]] = {}
+    candidates: int = 0
+    seconds: float = 0.0
+
+    def tuning(self) -> dict[str, Any]:
+        """What is written beside the configuration (under ``"tuning"``): how it was chosen
+        and the figures of every category on the tune and the check part."""
+        return {
+            "delta": self.delta,
+            "split": self.split,
+            "check_fraction": self.check_fraction,
+            "candidates": self.candidates,
+            "check": self.check.summary(),
+            "tune": self.tuned_on.summary(),
+            "categories": {
+                name: {
+                    "setting": None if c.setting is None else c.setting.model_dump(mode="json"),
+                    "why": c.why,
+                    "checked": c.checked,
+                    # A configuration does not choose a template's keyword slots: its
+                    # PromptTemplate(keyword_slots=...) does; the choice is written here.
+                    **(
+                        {"keyword_slots": self.keyword_slots[name]}
+                        if name in self.keyword_slots
+                        else {}
+                    ),
+                }
+                for name, c in sorted(self.choices.items())
+            },
+        }
+
+    def render(self) -> str:
+        lines = [
+            f"tuned for an excess upper bound <= {100 * self.delta:.1f} points "
+            f"({self.candidates} settings replayed, split by {self.split}, "
+            f"check part {100 * self.check_fraction:.0f}%)"
+        ]
+        for name, choice in sorted(self.choices.items()):
+            chosen = "uncached" if choice.setting is None else choice.setting.describe()
+            lines.append(f"  {name}: {chosen} -- {choice.why}")
+            if name in self.keyword_slots:
+                slots = ", ".join(repr(n) for n in self.keyword_slots[name])
+                lines.append(f"    (set the template's keyword_slots to ({slots},))")
+        lines.append("")
+        lines.append("check part (the chosen settings, replayed together):")
+        lines.append(self.check.render(wrong_hits=10))
+        return "\n".join(lines)
+
+
+def check_mask(calls: Sequence[ReplayCall], split: Split, check_fraction: float) -> list[bool]:
+    """Which calls are in the check part: the last ``check_fraction`` of the calls by time
+    (stream order where calls carry none), or, by agents, the calls of the agents that come
+    last in the order agents first appear, as near ``check_fraction`` of the calls as whole
+    agents allow (at least one agent on each side when there are two)."""
+    if not 0.0 < check_fraction < 1.0:
+        raise ValueError(f"check_fraction is between 0 and 1, not {check_fraction}")
+    n = len(calls)
+    if split == "time":
+        order = sorted(range(n), key=lambda i: (calls[i].time is None, calls[i].time or 0.0, i))
+        first_checked = round(n * (1.0 - check_fraction))
+        mask = [False] * n
+        for rank, i in enumerate(order):
+            mask[i] = rank >= first_checked
+        return mask
+    counts: dict[str, int] = defaultdict(int)
+    for call in calls:
+        counts[call.agent] += 1
+    agents = list(counts)
+    checked: set[str] = set()
+    total = 0
+    for agent in reversed(agents):
+        if len(checked) == len(agents) - 1 or total >= n * check_fraction:
+            break
+        checked.add(agent)
+        total += counts[agent]
+    return [call.agent in checked for call in calls]
+
+
+def _by_category(
+    results: Sequence[CallResult],
+    calls: Sequence[ReplayCall],
+    mask: Sequence[bool],
+    part: bool,
+    equivalences: Mapping[str, Equivalence],
+) -> dict[str, Figures]:
+    rows: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(results):
+        if mask[i] == part:
+            rows[row.category].append(i)
+    return {
+        name: figures([results[i] for i in idx], [calls[i] for i in idx], equivalences)
+        for name, idx in rows.items()
+    }
+
+
+def _within(f: Figures, delta: float) -> bool:
+    """Whether the 95% upper bound of the excess is at most δ (what the check part must show)."""
+    return f.served > 0 and f.excess_upper is not None and f.excess_upper <= 100 * delta
+
+
+def _estimated_within(f: Figures, delta: float) -> bool:
+    """Whether the estimated excess is at most δ (what the tune part must show)."""
+    return f.served > 0 and f.excess is not None and f.excess <= 100 * delta
+
+
+def select(
+    category: str,
+    measured: Sequence[tuple[Setting, Figures, Figures]],
+    delta: float,
+    max_checks: int = 3,
+) -> CategoryChoice:
+    """The choice for one category from each candidate's ``(tune, check)`` figures: see the
+    module's docstring. A choice always has a check-part bound at most δ."""
+    qualified = [m for m in measured if _estimated_within(m[1], delta) and m[1].cost_cut > 0]
+    if not qualified:
+        return CategoryChoice(
+            category=category,
+            setting=None,
+            why=f"no setting served with an estimated excess <= {100 * delta:g} points "
+            "and a cost cut on the tune part",
+        )
+    # The largest cut first; of equal cuts, the strictest threshold.
+    qualified.sort(key=lambda m: (-m[1].cost_cut, -m[0].threshold))
+    for checked, (candidate, tune_figures, check_figures) in enumerate(
+        qualified[:max_checks], start=1
+    ):
+        if _within(check_figures, delta) and check_figures.cost_cut > 0:
+            return CategoryChoice(
+                category=category,
+                setting=candidate,
+                why=f"largest tune-part cut ({100 * tune_figures.cost_cut:.1f}%) that the check "
+                f"part confirms: cut {100 * check_figures.cost_cut:.1f}%, excess upper bound "
+                f"{check_figures.excess_upper:+.1f} points",
+                tune=tune_figures,
+                check=check_figures,
+                checked=checked,
+            )
+    best = qualified[0]
+    shown = "-" if best[2].excess_upper is None else f"{best[2].excess_upper:+.1f} points"
+    return CategoryChoice(
+        category=category,
+        setting=None,
+        why=f"the check part confirmed none of the {min(len(qualified), max_checks)} best "
+        f"settings of the tune part (the best, {best[0].describe()}: check-part bound "
+        f"{shown}, cut {100 * best[2].cost_cut:.1f}%)",
+        tune=best[1],
+        check=best[2],
+        checked=min(len(qualified), max_checks),
+    )
+
+
+def _config_with(
+    base: CacheConfig, settings: Mapping[str, CategoryPolicy], equivalences: Mapping[str, Any]
+) -> CacheConfig:
+    categories = dict(base.categories)
+    for name, policy in settings.items():
+        if policy.equivalence is None and name in equivalences:
+            policy = policy.model_copy(update={"equivalence": equivalences[name]})
+        categories[name] = policy
+    return base.updated(categories=categories)
+
+
+def tune(
+    calls: Sequence[ReplayCall] | ReplayInput,
+    *,
+    delta: float = 0.05,
+    split: Split = "time",
+    check_fraction: float = 0.5,
+    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+    embeds: Sequence[EmbedMode] = (EmbedMode.KEYWORD, EmbedMode.FULL),
+    base: CacheConfig | str | os.PathLike[str] | None = None,
+    embedder: Embedder | None = None,
+    seed: int | None = 0,
+    prices: PriceTable | None = None,
+    max_checks: int = 3,
+) -> TuneResult:
+    """Choose each category's embed mode, threshold and (where its calls carry more than one
+    slot) keyword slot from ``calls`` (see the module's
+    docstring): a configuration (``base``'s other settings kept) whose every cached category
+    showed, on the check part, an excess whose 95% upper bound is at most ``delta``. A
+    configuration does not choose a template's keyword slots: a slot choice is reported in
+    :attr:`TuneResult.keyword_slots` (and beside the file), for the template's own
+    ``keyword_slots``.
+
+    Pass a :class:`~llmcache.embedders.StoredEmbedder` as ``embedder``: every candidate is a
+    replay, and the texts are the same in all of them."""
+    started = time.perf_counter()
+    skipped: dict[str, int] = {}
+    if isinstance(calls, ReplayInput):
+        skipped = calls.skipped
+        calls = calls.calls
+    calls = list(calls)
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta is a fraction between 0 and 1, not {delta}")
+    base_config = (
+        base
+        if isinstance(base, CacheConfig)
+        else CacheConfig()
+        if base is None
+        else CacheConfig.from_file(base)
+    )
+    mask = check_mask(calls, split, check_fraction)
+    equivalences = equivalences_for(calls, base_config)
+    categories = sorted({c.category for c in calls})
+    measured: dict[str, list[tuple[Setting, Figures, Figures]]] = defaultdict(list)
+    # Keyword slots are a choice only where calls carry slots, and more than one of them.
+    slot_choices: dict[str, list[tuple[str, ...] | None]] = {}
+    for name in categories:
+        names = sorted({n for c in calls if c.category == name for n in c.slots or {}})
+        slot_choices[name] = [None] + ([(n,) for n in names] if len(names) > 1 else [])
+    rounds = max((len(v) for v in slot_choices.values()), default=1)
+    replays = 0
+    for embed in embeds:
+        for j in range(rounds if embed is EmbedMode.KEYWORD else 1):
+            chosen = {n: v[j] for n, v in slot_choices.items() if j < len(v)}
+            keyword_slots = {n: list(v) for n, v in chosen.items() if v}
+            for threshold in thresholds:
+                policy = CategoryPolicy(embed=embed, threshold=threshold)
+                config = _config_with(base_config, dict.fromkeys(categories, policy), equivalences)
+                report = replay(
+                    calls,
+                    config,
+                    embedder=embedder,
+                    seed=seed,
+                    prices=prices,
+                    keyword_slots=keyword_slots,
+                )
+                replays += 1
+                tuned = _by_category(report.results, calls, mask, False, equivalences)
+                checked = _by_category(report.results, calls, mask, True, equivalences)
+                for name, slots in chosen.items():
+                    if name in tuned and name in checked:
+                        setting = Setting(embed=embed, threshold=threshold, slots=slots)
+                        measured[name].append((setting, tuned[name], checked[name]))
+    choices = {}
+    for name in categories:
+        if not measured[name]:
+            choices[name] = CategoryChoice(
+                category=name,
+                setting=None,
+                why="its calls are all in one part: nothing to tune on or to check with",
+            )
+        else:
+            choices[name] = select(name, measured[name], delta, max_checks)
+    settings = {
+        name: CategoryPolicy(bypass=True)
+        if c.setting is None
+        else CategoryPolicy(embed=c.setting.embed, threshold=c.setting.threshold)
+        for name, c in choices.items()
+    }
+    config = _config_with(base_config, settings, equivalences)
+    keyword_slots = {
+        name: list(c.setting.slots)
+        for name, c in choices.items()
+        if c.setting is not None and c.setting.slots
+    }
+    # Confirmed together: the figures written beside the file are this replay's.
+    final = replay(
+        calls, config, embedder=embedder, seed=seed, prices=prices, keyword_slots=keyword_slots
+    )
+    parts = {}
+    for part in (False, True):
+        idx = [i for i in range(len(calls)) if mask[i] == part]
+        parts[part] = report_of(
+            [final.results[i] for i in idx],
+            [calls[i] for i in idx],
+            equivalences,
+            skipped=skipped,
+            seed=seed,
+        )
+    return TuneResult(
+        delta=delta,
+        split=split,
+        check_fraction=check_fraction,
+        config=config,
+        choices=choices,
+        check=parts[True],
+        tuned_on=parts[False],
+        keyword_slots=keyword_slots,
+        candidates=replays,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,224 @@
+"""Replay: a recording sent again through the real cache, the recording answering as the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmcache import CacheConfig, CachedLLM, CacheOptions, CategoryPolicy, Mode
+from llmcache.errors import ReplayError, ReplayInputError
+from llmcache.replay import RecordedUpstream, ReplayCall, read_calls, read_recording, replay
+from llmcache.testing import FakeOpenAI, HashEmbedder
+from llmcache.verification import Within
+
+# A day of one agent's importance ratings and plans: repeated events, near-identical ones, and
+# events never seen before. The model is deterministic (one answer per prompt), so a pair of
+# its answers always agrees and the replay's draws from its spread match a live call's answers.
+EVENTS = [f"{verb} the {thing}" for verb in ("cleaning", "fixing", "painting", "checking")
+          for thing in ("counter", "espresso machine", "shelf", "window", "door")]  # fmt: skip
+
+
+def _stream() -> list[tuple[str, str, str]]:
+    """(category, agent, event) in order: 120 calls, most events asked several times."""
+    out = []
+    for i in range(120):
+        event = EVENTS[(i * 7) % len(EVENTS)] if i % 3 else EVENTS[i % 6]
+        category = "importance" if i % 4 else "plan"
+        out.append((category, "Isabella" if i % 5 else "Maria", event))
+    return out
+
+
+def _prompt(category: str, event: str) -> str:
+    return f"[{category}] On a scale of 1 to 10, rate the poignancy of: {event}."
+
+
+def _model(request: dict[str, Any]) -> str:
+    text = request["messages"][-1]["content"]
+    if text.startswith("[plan]"):
+        return json.dumps({"plan": text.split(": ")[1].upper()})
+    return str(1 + sum(map(ord, text)) % 10)
+
+
+def _send(client: CachedLLM) -> list[tuple[str, str]]:
+    """The stream through ``client``: each call's (outcome, answer returned)."""
+    seen = []
+    for category, agent, event in _stream():
+        response, info = client.chat.completions.create_with_info(
+            model="gpt-3.5-turbo",
+            messages=[{"role": "user", "content": _prompt(category, event)}],
+            cache=CacheOptions(category=category, agent=agent, keywords=(event,)),
+        )
+        seen.append((info.outcome, response.choices[0].message.content or ""))
+    return seen
+
+
+CONFIGS = {
+    "threshold": CacheConfig(threshold=0.8, explore_seed=3),
+    "budget": CacheConfig(wrong_hit_budget=0.2, twin_rate=0.5, explore_seed=3),
+    "full mode, one category bypassed": CacheConfig(
+        embed="full", threshold=0.95, categories={"plan": CategoryPolicy(bypass=True)}
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_a_replay_is_the_live_cache_call_for_call(tmp_path: Path, name: str) -> None:
+    # Recorded with the cache off (every answer the model's), as a user records a day.
+    recording = tmp_path / "day.jsonl"
+    with CachedLLM(
+        FakeOpenAI(_model),
+        tmp_path / "recorded",
+        embedder=HashEmbedder(),
+        config=CacheConfig(mode=Mode.OFF),
+        recorder=recording,
+    ) as client:
+        _send(client)
+    # The live cache with the configuration, on the same stream. The replay's equivalences
+    # are named in the configuration, so the live cache labels by the same ones.
+    config = CONFIGS[name].updated(
+        categories={
+            **CONFIGS[name].categories,
+            "importance": CategoryPolicy(equivalence=Within(1)),
+        }
+    )
+    with CachedLLM(
+        FakeOpenAI(_model), tmp_path / "live", embedder=HashEmbedder(), config=config
+    ) as client:
+        live = _send(client)
+    report = replay(read_recording(recording), config, embedder=HashEmbedder(), seed=3)
+    replayed = [(r.outcome, r.served if r.served is not None else r.truth) for r in report.results]
+    assert replayed == live
+    assert report.overall.calls == 120
+    assert report.overall.served == sum(outcome == "hit" for outcome, _ in live)
+    if name != "full mode, one category bypassed":
+        assert report.overall.served > 0  # the comparison covers hits, not only misses
+
+
+def _call(prompt: str, answer: str, category: str = "importance") -> ReplayCall:
+    return ReplayCall(
+        category=category, messages=[{"role": "user", "content": prompt}], answer=answer
+    )
+
+
+def test_the_recording_answers_first_with_the_truth_then_from_the_spread() -> None:
+    calls = [_call("p", "3"), _call("q", "9"), _call("p", "4"), _call("p", "5")]
+    ask = {"model": "m", "messages": [{"role": "user", "content": "p"}]}
+    upstream = RecordedUpstream(calls, seed=1)
+    upstream.ask(2)
+    first = upstream.chat.completions.create(**ask)
+    assert first.choices[0].message.content == "4"  # the call's own answer
+    assert first.usage is not None and first.usage.completion_tokens > 0
+    extra = {upstream.chat.completions.create(**ask).choices[0].message.content for _ in range(40)}
+    assert extra == {"3", "5"}  # only the other answers to the same prompt, never q's
+    again = RecordedUpstream(calls, seed=1)
+    again.ask(2)
+    draws = [again.chat.completions.create(**ask).choices[0].message.content for _ in range(41)]
+    upstream = RecordedUpstream(calls, seed=1)
+    upstream.ask(2)
+    assert draws == [upstream.chat.completions.create(**ask).choices[0].message.content
+                     for _ in range(41)]  # fmt: skip
+    upstream.ask(1)
+    with pytest.raises(ReplayError, match="not its recorded prompt"):
+        upstream.chat.completions.create(**ask)
+
+
+def test_a_replay_grades_served_answers_by_the_truth_and_lists_the_wrong_ones() -> None:
+    # Two events the hash embedder cannot tell apart at 0.5, rated far apart by the model.
+    calls = [
+        ReplayCall(
+            category="importance",
+            agent="a",
+            messages=[{"role": "user", "content": f"rate: {event}"}],
+            keywords=[event],
+            answer=answer,
+        )
+        for event, answer in [
+            ("a quiet walk", "2"),
+            ("a quiet walk", "3"),
+            ("a quiet walk home", "9"),
+            ("a quiet walk", "2"),
+        ]
+    ]
+    report = replay(calls, CacheConfig(threshold=0.5), embedder=HashEmbedder())
+    assert [r.outcome for r in report.results] == ["miss", "hit", "hit", "hit"]
+    assert [r.acceptable for r in report.results] == [None, True, False, True]
+    assert [(w.index, w.served, w.truth) for w in report.wrong_hits] == [(2, "2", "9")]
+    figures = report.categories["importance"]
+    assert (figures.served, figures.acceptable) == (3, 2)
+    # Pairs of consecutive answers to one prompt: (2, 3) agrees within 1, (3, 2) too.
+    assert (figures.pairs, figures.pairs_agree) == (2, 2)
+    assert figures.excess == pytest.approx(100 / 3)
+    assert figures.excess_upper is not None and figures.excess_upper > figures.excess
+    assert 0 < figures.cost_cut < 1
+    summary = report.summary()
+    assert {"calls", "served", "cost_cut", "excess", "excess_upper"} <= set(summary)
+    assert summary["categories"]["importance"]["served"] == 3
+    assert "a quiet walk home" in report.render()
+
+
+def test_recorded_hits_are_left_out_and_counted(tmp_path: Path) -> None:
+    recording = tmp_path / "day.jsonl"
+    with CachedLLM(
+        FakeOpenAI(_model), tmp_path / "c", embedder=HashEmbedder(), recorder=recording
+    ) as client:
+        outcomes = [outcome for outcome, _ in _send(client)]
+    with recording.open("a") as damaged:
+        damaged.write('{"kind": "call", "category": "importance"\n')  # a crash's torn line
+    read = read_recording(recording)
+    assert len(read.calls) == outcomes.count("miss")
+    assert read.skipped.pop("unreadable line") == 1
+    assert sum(read.skipped.values()) == outcomes.count("hit") > 0
+
+
+def test_the_importer_names_every_malformed_line_and_keeps_every_good_one(
+    tmp_path: Path,
+) -> None:
+    good = {"category": "importance", "agent": "a", "prompt": "rate: a walk", "answer": "3"}
+    without_prompt = {k: v for k, v in good.items() if k != "prompt"}
+    lines = [
+        json.dumps(good),
+        "{not json",
+        json.dumps({**good, "answer": None}),
+        "",
+        json.dumps({"category": "importance", "answer": "3"}),
+        json.dumps({**good, "keywords": ["a walk"], "time": 5, "model": "gpt-4o"}),
+        json.dumps({**good, "promt": "typo"}),
+        json.dumps({**without_prompt, "messages": [{"role": "user", "content": "hi"}]}),
+        "[1, 2]",
+    ]
+    path = tmp_path / "calls.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ReplayInputError) as caught:
+        read_calls(path)
+    assert [n for n, _ in caught.value.problems] == [2, 3, 5, 7, 9]
+    assert caught.value.good == 3
+    message = str(caught.value)
+    assert "line 2:" in message and "line 5: no 'messages'" in message and "promt" in message
+    read = read_calls(path, strict=False)
+    assert [c.messages[-1]["content"] for c in read.calls] == ["rate: a walk"] * 2 + ["hi"]
+    assert read.calls[1].keywords == ["a walk"] and read.calls[1].time == 5
+    assert read.calls[1].model == "gpt-4o"
+    assert all(c.prompt_tokens > 0 and c.completion_tokens > 0 for c in read.calls)
+    assert read.skipped == {"malformed line": 5}
+
+
+def test_stored_embeddings_are_computed_once_and_kept_on_disk(tmp_path: Path) -> None:
+    from llmcache.embedders import StoredEmbedder
+
+    first = StoredEmbedder(HashEmbedder(), tmp_path)
+    assert first.warm(["a walk", "a run", "a walk"]) == 2
+    vectors = first.embed(["a run", "a walk"])
+    first.save()
+    again = StoredEmbedder(HashEmbedder(), tmp_path)
+    assert (again.model_id, again.dim, len(again)) == (first.model_id, first.dim, 2)
+    assert (again.embed(["a run", "a walk"]) == vectors).all()
+    assert again.computed == 0 and again.reused == 2
+    # A damaged store is computed again, not trusted.
+    assert again.path is not None
+    again.path.write_bytes(b"not a store")
+    damaged = StoredEmbedder(HashEmbedder(), tmp_path)
+    assert len(damaged) == 0
+    assert (damaged.embed(["a walk"]) == vectors[1:]).all() and damaged.computed == 1
