@@ -1,11 +1,21 @@
 """Telling right answers from wrong ones: validators (is an answer valid for its query),
 equivalences (do a cached and a fresh answer agree: the wrong-hit budget's labels) and
-verifiers (would one answer serve two requests: re-scoring near misses)."""
+verifiers (would one answer serve two requests: re-scoring near misses), and the opposites
+gate (does a near candidate's text mean the opposite of the query's)."""
 
 from __future__ import annotations
 
 from ._budget import same_answer
 from ._llm_verifier import LLMVerifier
+from ._opposites import Opposition, opposition
 from ._protocols import Equivalence, Validator, Verifier
 
-__all__ = ["Equivalence", "LLMVerifier", "Validator", "Verifier", "same_answer"]
+__all__ = [
+    "Equivalence",
+    "LLMVerifier",
+    "Opposition",
+    "Validator",
+    "Verifier",
+    "opposition",
+    "same_answer",
+]

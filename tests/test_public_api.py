@@ -67,8 +67,10 @@ SURFACE: dict[str, set[str]] = {
     "llmcache.verification": {
         "Equivalence",
         "LLMVerifier",
+        "Opposition",
         "Validator",
         "Verifier",
+        "opposition",
         "same_answer",
     },
     "llmcache.recording": {"RecordedCall", "Recorder", "read_records"},

@@ -1,0 +1,434 @@
+"""The opposites gate: a candidate whose text means the opposite of the query's is not served.
+
+A cosine neighbour is not a synonym: the default embedder scores ``X is entering the cafe`` and
+``X is leaving the cafe`` about as close as a paraphrase. Where a candidate already passed the
+threshold, :func:`opposition` compares the two texts and names the reason to refuse it:
+
+- ``negation``: the texts differ by an odd number of negations: a negator (``not``, ``n't``,
+  ``no``, ``never``, ``without``, ...) or a word that is a negating prefix (un-, dis-, in-, im-,
+  il-, ir-, non-) on a word it is WordNet's antonym of (``unhappy``/``happy``; ``unite`` is not
+  ``un`` + ``ite``). A double negation (``not unhappy`` / ``happy``) is an even number: served.
+- ``antonym``: a word only the query has and a word only the candidate has are antonyms in
+  WordNet (``win``/``lose``, ``open``/``close``), unless a negation cancels it
+  (``clean`` / ``not dirty``).
+- ``number``: both texts have a number the other lacks (``2 coffees`` / ``5 coffees``); number
+  words count as their digits (``two`` is ``2``) and ``7:00`` as ``7``.
+
+Only words that differ can oppose: the texts are compared as multisets of lemmas, and every word
+both texts have cancels, so a negation on a word both share, or the same antonym on both sides, is
+no difference. Paraphrases differ by words that are none of the above (``is locking`` / ``locks``,
+``switching on`` / ``turning on``, an added ``now``) and pass.
+
+Where the antonyms come from: Princeton WordNet 3.0's antonym pointers (and the "indirect
+antonyms" of adjectives, a satellite against its head's antonym), extracted at development time by
+``scripts/build_antonyms.py`` into ``llmcache/data/antonyms.tsv.gz`` (170 KB, licence and
+source package in its header). No PyPI package ships the WordNet database (``nltk`` and ``wn``
+download it at run time, which a cache must not do), so the data is extracted once from the
+Debian package of Princeton's files and committed; at run time the gate reads that small file
+once and needs no dependency. Lemmatisation is WordNet's own "morphy": its irregular forms
+(``left`` -> ``leave``, in the same file) and its suffix rules, applied only to reach a word
+of the antonym vocabulary, which is the only place a lemma matters.
+
+WordNet lacks a few pairs the town's actions need; :data:`_EXTRA_PAIRS` holds them, and nothing
+else: each is a pair WordNet relates only through a third word (``enter``/``exit``/``leave``).
+
+The gate is pure, never raises on any text, and caches each text's analysis, so a candidate costs
+a few microseconds after its text was seen once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Literal
+
+__all__ = ["Opposition", "OppositionKind", "opposition"]
+
+OppositionKind = Literal["negation", "antonym", "number"]
+
+
+@dataclass(frozen=True)
+class Opposition:
+    """Why a candidate's text means the opposite of the query's.
+
+    ``pair`` is (the query's word, the candidate's word); for a negator that only one side has, the
+    other side is ``""``.
+    """
+
+    kind: OppositionKind
+    pair: tuple[str, str]
+
+    def describe(self) -> str:
+        """The pair as one short text, e.g. ``entering/leaving`` or ``not/-``."""
+        return f"{self.pair[0] or '-'}/{self.pair[1] or '-'}"
+
+
+# Pairs WordNet lacks: it has no antonyms for prepositions (a schedule's "before"/"after"
+# breakfast), and relates "stay" to "depart" and "leave" to "arrive" but not "stay" to "leave".
+_EXTRA_PAIRS = (("before", "after"), ("stay", "leave"))
+
+_NEGATORS = frozenset(
+    {
+        "not",
+        "no",
+        "never",
+        "without",
+        "none",
+        "nobody",
+        "nothing",
+        "nowhere",
+        "neither",
+        "nor",
+        "non",
+    }
+)
+_NEG_PREFIXES = ("un", "dis", "in", "im", "il", "ir", "non")
+# Contractions whose stem is not the word before "n't".
+_NT_STEMS = {"can't": "can", "won't": "will", "shan't": "shall", "ain't": "is", "cannot": "can"}
+
+_NUMBER_WORDS = {
+    word: str(value)
+    for value, word in enumerate(
+        [
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+            "twenty",
+        ]
+    )
+}
+_NUMBER_WORDS.update(
+    {
+        "thirty": "30",
+        "forty": "40",
+        "fifty": "50",
+        "sixty": "60",
+        "seventy": "70",
+        "eighty": "80",
+        "ninety": "90",
+        "hundred": "100",
+        "thousand": "1000",
+        "million": "1000000",
+        "dozen": "12",
+    }
+)
+# "one" is as often a pronoun ("the one I liked") as a count; only digits and the other words
+# count as numbers.
+del _NUMBER_WORDS["one"]
+
+_TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)?|\d+(?:[.:,]\d+)*")
+_NUMBER = re.compile(r"\d+(?:[.:,]\d+)*")
+
+# WordNet's morphy suffix rules (all parts of speech), tried in order.
+_SUFFIXES = (
+    ("ies", "y"),
+    ("ches", "ch"),
+    ("shes", "sh"),
+    ("xes", "x"),
+    ("zes", "z"),
+    ("ses", "s"),
+    ("men", "man"),
+    ("es", "e"),
+    ("es", ""),
+    ("s", ""),
+    ("ed", "e"),
+    ("ed", ""),
+    ("ing", "e"),
+    ("ing", ""),
+    ("est", "e"),
+    ("est", ""),
+    ("er", "e"),
+    ("er", ""),
+)
+
+
+# Words a negator passes over to reach the word it negates ("does not *yet* have the").
+_FUNCTION_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "to",
+        "be",
+        "is",
+        "am",
+        "are",
+        "was",
+        "were",
+        "been",
+        "being",
+        "do",
+        "does",
+        "did",
+        "have",
+        "has",
+        "had",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "can",
+        "could",
+        "may",
+        "might",
+        "must",
+        "yet",
+        "even",
+        "ever",
+        "really",
+        "very",
+        "so",
+        "too",
+        "quite",
+        "any",
+        "my",
+        "your",
+        "his",
+        "her",
+        "its",
+        "our",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "at",
+        "all",
+        "just",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class _Lexicon:
+    opposites: dict[str, frozenset[str]]  # a lemma -> the lemmas WordNet opposes to it
+    exceptions: dict[str, tuple[str, ...]]
+    negated: dict[str, str]  # a prefixed word -> the word it negates ("unhappy" -> "happy")
+
+
+@cache
+def _lexicon() -> _Lexicon:
+    pairs: set[tuple[str, str]] = set()
+    exceptions: dict[str, list[str]] = {}
+    data = resources.files("llmcache").joinpath("data/antonyms.tsv.gz").read_bytes()
+    for line in gzip.decompress(data).decode().splitlines():
+        if line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if fields[0] == "pair":
+            pairs.add((fields[1], fields[2]))
+        elif fields[0] == "exc":
+            exceptions.setdefault(fields[1], []).append(fields[2])
+    pairs.update(_EXTRA_PAIRS)
+    opposites: dict[str, set[str]] = {}
+    negated: dict[str, str] = {}
+    for a, b in pairs:
+        opposites.setdefault(a, set()).add(b)
+        opposites.setdefault(b, set()).add(a)
+        for word, other in ((a, b), (b, a)):
+            if any(word == prefix + other for prefix in _NEG_PREFIXES):
+                negated[word] = other
+    return _Lexicon(
+        opposites={k: frozenset(v) for k, v in opposites.items()},
+        exceptions={k: tuple(v) for k, v in exceptions.items()},
+        negated=negated,
+    )
+
+
+def _stem(word: str) -> str:
+    """A crude normal form for a word outside the antonym vocabulary: ``locks``, ``locking``
+    and ``lock`` meet, as do ``admires`` and ``admire``. It only decides what cancels."""
+    for suffix in ("ing", "ies", "es", "ed", "s", "e"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouls":
+        word = word[:-1]
+    return word
+
+
+@lru_cache(maxsize=65536)
+def _lemmas(word: str) -> tuple[str, ...]:
+    """The word's lemmas in the antonym vocabulary, base forms first, else its crude stem."""
+    lex = _lexicon()
+    found: list[str] = list(lex.exceptions.get(word, ()))
+    for suffix, ending in _SUFFIXES:
+        if word.endswith(suffix) and len(word) > len(suffix) + 1:
+            stem = word[: -len(suffix)]
+            for candidate in (stem + ending, stem[:-1] if stem[-1:] == stem[-2:-1] else ""):
+                if candidate in lex.opposites and candidate not in found:
+                    found.append(candidate)
+    if word in lex.opposites and word not in found:
+        found.append(word)
+    return tuple(found) or (_stem(word),)
+
+
+@dataclass(frozen=True)
+class _Token:
+    key: str  # what cancels against the other text: the first lemma, "not", or "#" + a number
+    lemmas: tuple[str, ...]  # empty for negators and numbers
+    surface: str
+
+
+_NOT = "not"
+
+
+@lru_cache(maxsize=8192)
+def _analyse(text: str) -> tuple[_Token, ...]:
+    lex = _lexicon()
+    tokens: list[_Token] = []
+    words = _TOKEN.findall(text.lower().replace("\u2019", "'"))
+    for position, raw in enumerate(words):
+        word = raw[:-2] if raw.endswith("'s") else raw
+        if word in _NT_STEMS or word.endswith("n't"):
+            stem = _NT_STEMS.get(word, word[:-3])
+            tokens.append(_Token(stem, (stem,), raw))
+            tokens.append(_Token(_NOT, (), raw))
+            continue
+        if word in _NEGATORS:
+            # "or not", "why or why not", "if not": an alternative offered, not a negation.
+            before = words[max(0, position - 2) : position]
+            if (
+                "or" in before
+                or before[-1:] == ["if"]
+                or (before[-1:] == ["why"] and word == "not")
+            ):
+                continue
+            tokens.append(_Token(_NOT, (), raw))
+            continue
+        if _NUMBER.fullmatch(word) or word in _NUMBER_WORDS:
+            number = _NUMBER_WORDS.get(word, word)
+            # 7:00 is 7 o'clock; 7:30 stays itself.
+            number = re.sub(r"[:.]0+$", "", number)
+            tokens.append(_Token("#" + number, (), raw))
+            continue
+        lemmas = _lemmas(word)
+        base = next((lex.negated[lemma] for lemma in lemmas if lemma in lex.negated), None)
+        if base is not None:
+            # "unhappy" is "not happy": its "happy" cancels the other text's "happy".
+            tokens.append(_Token(_NOT, (), raw))
+            tokens.append(_Token(_lemmas(base)[0], _lemmas(base), raw))
+            continue
+        tokens.append(_Token(lemmas[0], lemmas, raw))
+    return tuple(tokens)
+
+
+def _only(mine: tuple[_Token, ...], counts: Counter[str]) -> list[int]:
+    """Positions of one text's tokens left after cancelling every key the other text has."""
+    left = Counter(counts)
+    kept: list[int] = []
+    for index, token in enumerate(mine):
+        if left[token.key] > 0:
+            left[token.key] -= 1
+        else:
+            kept.append(index)
+    return kept
+
+
+def _negations(
+    mine: tuple[_Token, ...], only: list[int], other_keys: set[str], opposed: set[int]
+) -> list[int]:
+    """The negators, among one text's unshared tokens, that negate something both texts say.
+
+    A negator negates the next word that is not a function word. It counts when that word is in
+    the other text too ("is *not* happy" / "is happy"), is one of an antonym pair found
+    ("clean" / "*not* dirty"), or is itself a negator that counts ("*not* unhappy"). A negation
+    of words the other text lacks altogether ("earn money *without* ads" / "earn money") says
+    something more, not the opposite.
+    """
+    counted: list[int] = []
+    for index in reversed(only):
+        if mine[index].key != _NOT:
+            continue
+        target = index + 1
+        while target < len(mine) and mine[target].surface in _FUNCTION_WORDS:
+            target += 1
+        if target >= len(mine):
+            continue
+        token = mine[target]
+        if (
+            (token.key == _NOT and target in counted)
+            or (token.key in other_keys and token.key != _NOT)
+            or target in opposed
+        ):
+            counted.append(index)
+    return counted
+
+
+def opposition(query_text: str, cached_text: str) -> Opposition | None:
+    """Why ``cached_text`` means the opposite of ``query_text``, or ``None`` when it need not.
+
+    Never raises: a text with no words opposes nothing.
+    """
+    if query_text == cached_text:
+        return None
+    query, cached = _analyse(query_text), _analyse(cached_text)
+    query_keys = Counter(t.key for t in query)
+    cached_keys = Counter(t.key for t in cached)
+    only_query = _only(query, cached_keys)
+    only_cached = _only(cached, query_keys)
+    one_sided = not only_query or not only_cached
+    if (
+        one_sided
+        and not any(query[i].key == _NOT for i in only_query)
+        and not any(cached[i].key == _NOT for i in only_cached)
+    ):
+        # Words added to one side only, none of them a negation: nothing to oppose.
+        return None
+
+    numbers_q = [query[i] for i in only_query if query[i].key.startswith("#")]
+    numbers_c = [cached[i] for i in only_cached if cached[i].key.startswith("#")]
+    if numbers_q and numbers_c:
+        return Opposition("number", (numbers_q[0].surface, numbers_c[0].surface))
+
+    opposites = _lexicon().opposites
+    antonyms: list[tuple[str, str]] = []
+    opposed_q: set[int] = set()
+    opposed_c: set[int] = set()
+    for qi in only_query:
+        q = query[qi]
+        against = frozenset().union(*(opposites.get(lemma, frozenset()) for lemma in q.lemmas))
+        if not against:
+            continue
+        for ci in only_cached:
+            if ci not in opposed_c and not against.isdisjoint(cached[ci].lemmas):
+                antonyms.append((q.surface, cached[ci].surface))
+                opposed_q.add(qi)
+                opposed_c.add(ci)
+                break
+
+    negators_q = _negations(query, only_query, set(cached_keys), opposed_q)
+    negators_c = _negations(cached, only_cached, set(query_keys), opposed_c)
+    negations = len(negators_q) + len(negators_c)
+
+    # Each negation flips the meaning once, and so does each antonym; a negation can undo an
+    # antonym ("clean" / "not dirty") or another negation, but two antonyms in different places
+    # ("early and happy" / "late and sad") never undo each other.
+    if len(antonyms) > negations or (len(antonyms) + negations) % 2 == 1:
+        if antonyms:
+            return Opposition("antonym", antonyms[0])
+        if negators_q:
+            return Opposition("negation", (query[negators_q[-1]].surface, ""))
+        return Opposition("negation", ("", cached[negators_c[-1]].surface))
+    return None
