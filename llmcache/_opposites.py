@@ -348,16 +348,17 @@ def _only(mine: tuple[_Token, ...], counts: Counter[str]) -> list[int]:
 
 def _negations(
     mine: tuple[_Token, ...], only: list[int], other_keys: set[str], opposed: set[int]
-) -> list[int]:
-    """The negators, among one text's unshared tokens, that negate something both texts say.
+) -> dict[int, int]:
+    """The negators, among one text's unshared tokens, that negate something both texts say,
+    each with the position of the word it finally negates.
 
     A negator negates the next word that is not a function word. It counts when that word is in
     the other text too ("is *not* happy" / "is happy"), is one of an antonym pair found
-    ("clean" / "*not* dirty"), or is itself a negator that counts ("*not* unhappy"). A negation
-    of words the other text lacks altogether ("earn money *without* ads" / "earn money") says
-    something more, not the opposite.
+    ("clean" / "*not* dirty"), or is itself a negator that counts ("*not* unhappy", which then
+    negates what that one negates). A negation of words the other text lacks altogether ("earn
+    money *without* ads" / "earn money") says something more, not the opposite.
     """
-    counted: list[int] = []
+    counted: dict[int, int] = {}
     for index in reversed(only):
         if mine[index].key != _NOT:
             continue
@@ -367,12 +368,11 @@ def _negations(
         if target >= len(mine):
             continue
         token = mine[target]
-        if (
-            (token.key == _NOT and target in counted)
-            or (token.key in other_keys and token.key != _NOT)
-            or target in opposed
-        ):
-            counted.append(index)
+        if token.key == _NOT:
+            if target in counted:
+                counted[index] = counted[target]
+        elif token.key in other_keys or target in opposed:
+            counted[index] = target
     return counted
 
 
@@ -403,32 +403,35 @@ def opposition(query_text: str, cached_text: str) -> Opposition | None:
         return Opposition("number", (numbers_q[0].surface, numbers_c[0].surface))
 
     opposites = _lexicon().opposites
-    antonyms: list[tuple[str, str]] = []
-    opposed_q: set[int] = set()
-    opposed_c: set[int] = set()
+    antonyms: list[tuple[int, int]] = []
     for qi in only_query:
         q = query[qi]
         against = frozenset().union(*(opposites.get(lemma, frozenset()) for lemma in q.lemmas))
         if not against:
             continue
         for ci in only_cached:
-            if ci not in opposed_c and not against.isdisjoint(cached[ci].lemmas):
-                antonyms.append((q.surface, cached[ci].surface))
-                opposed_q.add(qi)
-                opposed_c.add(ci)
+            if all(ci != c for _, c in antonyms) and not against.isdisjoint(cached[ci].lemmas):
+                antonyms.append((qi, ci))
                 break
 
-    negators_q = _negations(query, only_query, set(cached_keys), opposed_q)
-    negators_c = _negations(cached, only_cached, set(query_keys), opposed_c)
-    negations = len(negators_q) + len(negators_c)
+    negators_q = _negations(query, only_query, set(cached_keys), {q for q, _ in antonyms})
+    negators_c = _negations(cached, only_cached, set(query_keys), {c for _, c in antonyms})
 
-    # Each negation flips the meaning once, and so does each antonym; a negation can undo an
-    # antonym ("clean" / "not dirty") or another negation, but two antonyms in different places
-    # ("early and happy" / "late and sad") never undo each other.
-    if len(antonyms) > negations or (len(antonyms) + negations) % 2 == 1:
-        if antonyms:
-            return Opposition("antonym", antonyms[0])
-        if negators_q:
-            return Opposition("negation", (query[negators_q[-1]].surface, ""))
-        return Opposition("negation", ("", cached[negators_c[-1]].surface))
+    # An antonym pair opposes unless a negation undoes it ("clean" / "not dirty"; an odd number
+    # of negations on its words). The other negations each flip what both texts say: an odd
+    # number of them opposes, an even number ("not unhappy" / "happy") does not. Two antonyms in
+    # different places ("early and happy" / "late and sad") never undo each other.
+    for qi, ci in antonyms:
+        undoing = sum(1 for t in negators_q.values() if t == qi)
+        undoing += sum(1 for t in negators_c.values() if t == ci)
+        if undoing % 2 == 0:
+            return Opposition("antonym", (query[qi].surface, cached[ci].surface))
+    opposed_q = {q for q, _ in antonyms}
+    opposed_c = {c for _, c in antonyms}
+    plain_q = [n for n, t in negators_q.items() if t not in opposed_q]
+    plain_c = [n for n, t in negators_c.items() if t not in opposed_c]
+    if (len(plain_q) + len(plain_c)) % 2 == 1:
+        if plain_q:
+            return Opposition("negation", (query[min(plain_q)].surface, ""))
+        return Opposition("negation", ("", cached[min(plain_c)].surface))
     return None
