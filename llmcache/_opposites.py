@@ -41,6 +41,7 @@ from __future__ import annotations
 import gzip
 import re
 from collections import Counter
+from collections.abc import KeysView
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
@@ -289,13 +290,31 @@ class _Token:
     key: str  # what cancels against the other text: the first lemma, "not", or "#" + a number
     lemmas: tuple[str, ...]  # empty for negators and numbers
     surface: str
+    against: frozenset[str] = frozenset()  # the lemmas WordNet opposes to any of its lemmas
+
+    @property
+    def telling(self) -> bool:
+        """Whether this token, unshared, can make an opposition at all."""
+        return bool(self.against) or self.key == _NOT or self.key.startswith("#")
+
+
+@dataclass(frozen=True)
+class _Text:
+    tokens: tuple[_Token, ...]
+    counts: Counter[str]
 
 
 _NOT = "not"
 
 
+def _word(key: str, lemmas: tuple[str, ...], surface: str) -> _Token:
+    opposites = _lexicon().opposites
+    against = frozenset().union(*(opposites.get(lemma, frozenset()) for lemma in lemmas))
+    return _Token(key, lemmas, surface, against)
+
+
 @lru_cache(maxsize=8192)
-def _analyse(text: str) -> tuple[_Token, ...]:
+def _analyse(text: str) -> _Text:
     lex = _lexicon()
     tokens: list[_Token] = []
     words = _TOKEN.findall(text.lower().replace("\u2019", "'"))
@@ -303,7 +322,7 @@ def _analyse(text: str) -> tuple[_Token, ...]:
         word = raw[:-2] if raw.endswith("'s") else raw
         if word in _NT_STEMS or word.endswith("n't"):
             stem = _NT_STEMS.get(word, word[:-3])
-            tokens.append(_Token(stem, (stem,), raw))
+            tokens.append(_word(stem, (stem,), raw))
             tokens.append(_Token(_NOT, (), raw))
             continue
         if word in _NEGATORS:
@@ -328,26 +347,27 @@ def _analyse(text: str) -> tuple[_Token, ...]:
         if base is not None:
             # "unhappy" is "not happy": its "happy" cancels the other text's "happy".
             tokens.append(_Token(_NOT, (), raw))
-            tokens.append(_Token(_lemmas(base)[0], _lemmas(base), raw))
+            tokens.append(_word(_lemmas(base)[0], _lemmas(base), raw))
             continue
-        tokens.append(_Token(lemmas[0], lemmas, raw))
-    return tuple(tokens)
+        tokens.append(_word(lemmas[0], lemmas, raw))
+    return _Text(tuple(tokens), Counter(t.key for t in tokens))
 
 
 def _only(mine: tuple[_Token, ...], counts: Counter[str]) -> list[int]:
     """Positions of one text's tokens left after cancelling every key the other text has."""
-    left = Counter(counts)
+    left = dict(counts)
     kept: list[int] = []
     for index, token in enumerate(mine):
-        if left[token.key] > 0:
-            left[token.key] -= 1
+        n = left.get(token.key, 0)
+        if n > 0:
+            left[token.key] = n - 1
         else:
             kept.append(index)
     return kept
 
 
 def _negations(
-    mine: tuple[_Token, ...], only: list[int], other_keys: set[str], opposed: set[int]
+    mine: tuple[_Token, ...], only: list[int], other_keys: KeysView[str], opposed: set[int]
 ) -> dict[int, int]:
     """The negators, among one text's unshared tokens, that negate something both texts say,
     each with the position of the word it finally negates.
@@ -383,11 +403,15 @@ def opposition(query_text: str, cached_text: str) -> Opposition | None:
     """
     if query_text == cached_text:
         return None
-    query, cached = _analyse(query_text), _analyse(cached_text)
-    query_keys = Counter(t.key for t in query)
-    cached_keys = Counter(t.key for t in cached)
-    only_query = _only(query, cached_keys)
-    only_cached = _only(cached, query_keys)
+    query_text_, cached_text_ = _analyse(query_text), _analyse(cached_text)
+    query, cached = query_text_.tokens, cached_text_.tokens
+    only_query = _only(query, cached_text_.counts)
+    only_cached = _only(cached, query_text_.counts)
+    if not any(query[i].telling for i in only_query) and not any(
+        cached[i].telling for i in only_cached
+    ):
+        # The texts differ only by words that cannot oppose (the common case of a paraphrase).
+        return None
     one_sided = not only_query or not only_cached
     if (
         one_sided
@@ -402,11 +426,9 @@ def opposition(query_text: str, cached_text: str) -> Opposition | None:
     if numbers_q and numbers_c:
         return Opposition("number", (numbers_q[0].surface, numbers_c[0].surface))
 
-    opposites = _lexicon().opposites
     antonyms: list[tuple[int, int]] = []
     for qi in only_query:
-        q = query[qi]
-        against = frozenset().union(*(opposites.get(lemma, frozenset()) for lemma in q.lemmas))
+        against = query[qi].against
         if not against:
             continue
         for ci in only_cached:
@@ -414,8 +436,10 @@ def opposition(query_text: str, cached_text: str) -> Opposition | None:
                 antonyms.append((qi, ci))
                 break
 
-    negators_q = _negations(query, only_query, set(cached_keys), {q for q, _ in antonyms})
-    negators_c = _negations(cached, only_cached, set(query_keys), {c for _, c in antonyms})
+    negators_q = _negations(query, only_query, cached_text_.counts.keys(), {q for q, _ in antonyms})
+    negators_c = _negations(
+        cached, only_cached, query_text_.counts.keys(), {c for _, c in antonyms}
+    )
 
     # An antonym pair opposes unless a negation undoes it ("clean" / "not dirty"; an odd number
     # of negations on its words). The other negations each flip what both texts say: an odd
