@@ -40,6 +40,7 @@ from ._config import ResolvedPolicy
 from ._errors import ConfigurationError, InvalidResponseError, StoreError
 from ._filing import embedding_text, keywords_text, output_params, partition_for
 from ._ledger import info_stats_key, pool_stats_key
+from ._opposites import opposition
 from ._recorder import RecordedCall, Recorder
 from ._shapes import CHAT, Shape
 from ._slots import exact_mismatch, exact_slot_names, slot_text
@@ -266,12 +267,16 @@ class _CachedCall:
         self.info.similarity = best.similarity
         if mode is Mode.SERVE:
             self.info.threshold = None
+            if self._opposed(best):
+                return None
             return self._serve(self._varied(candidates, -1.0))
         budget = self.policy.wrong_hit_budget
         self.info.wrong_hit_budget = budget
         threshold = self._threshold(budget)
         self.info.threshold = threshold
         if best.similarity.cosine >= threshold:
+            if self._opposed(best):
+                return None
             explore = budget is not None and self.evidence.explore(budget, default=False)
             if explore:
                 # An exploration labels the nearest entry; variety is for what is served.
@@ -284,6 +289,17 @@ class _CachedCall:
                 return self._verify_now(best)
             self._verify_later = best
         return None
+
+    def _opposed(self, candidate: Candidate) -> bool:
+        """Whether the opposites gate refuses ``candidate``: the call is then a counted miss
+        (not sent to a verifier: the texts themselves say the answer does not carry over)."""
+        if not self.policy.opposites_gate:
+            return False
+        found = opposition(self.info.embed_text or "", candidate.entry.embed_text)
+        # A second look (after waiting for another thread's miss) says what it found itself.
+        self.info.refused_by = "opposites" if found else None
+        self.info.refused_pair = found.describe() if found else None
+        return found is not None
 
     # -- verification of near misses (see _verify.py) ----------------------------------------
 

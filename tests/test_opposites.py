@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import gzip
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from llmcache import (
+    CacheConfig,
+    CachedLLM,
+    CacheOptions,
+    CallInfo,
+    CategoryPolicy,
+    Mode,
+    SemanticCache,
+)
+from llmcache.testing import FakeOpenAI, HashEmbedder
 from llmcache.verification import Opposition, opposition
 
 BASE = "Maria is happy about the party"
@@ -173,3 +185,94 @@ def test_the_antonym_data_names_its_source_package_and_licence() -> None:
     # WordNet's own pairs, not a hand list: a few it is known to hold.
     assert {("lose", "win"), ("close", "open"), ("off", "on"), ("empty", "full")} <= pairs
     assert len(pairs) > 10_000
+
+
+# -- wired into the cache: a counted miss, named, switchable -----------------------------------
+
+ENTERING = "Klaus Mueller is entering the cafe"
+LEAVING = "Klaus Mueller is leaving the cafe"
+
+
+def _client(tmp_path: Path, **config: Any) -> tuple[CachedLLM, FakeOpenAI]:
+    fake = FakeOpenAI()
+    # Threshold -1: every candidate passes it, so what is refused is refused by the gate.
+    cache = SemanticCache(
+        tmp_path / "c",
+        embedder=HashEmbedder(dim=64),
+        config=CacheConfig(**{"threshold": -1.0, **config}),
+    )
+    return CachedLLM(fake, cache=cache), fake
+
+
+def _ask(client: CachedLLM, keywords: str, **options: Any) -> CallInfo:
+    _, info = client.chat.completions.create_with_info(
+        model="m",
+        messages=[{"role": "user", "content": f"What does one do when: {keywords}?"}],
+        cache=CacheOptions(category="reaction", agent="Isabella", keywords=[keywords], **options),
+    )
+    return info
+
+
+def test_an_opposite_candidate_is_a_counted_miss_that_names_its_pair(tmp_path: Path) -> None:
+    client, fake = _client(tmp_path)
+    assert _ask(client, ENTERING).outcome == "miss"
+    info = _ask(client, LEAVING)
+    assert info.outcome == "miss"
+    assert (info.refused_by, info.refused_pair) == ("opposites", "leaving/entering")
+    assert len(fake.calls) == 2  # the opposite's answer was not served: the LLM answered
+    paraphrase = _ask(client, "Klaus Mueller enters the cafe")
+    assert paraphrase.outcome == "hit" and paraphrase.refused_by is None
+    stats = client.cache.stats()
+    (table,) = stats.tables
+    assert table.refused_opposites == 1 and stats.total.refused_opposites == 1
+    assert "refused as opposite" in stats.render()
+
+
+def test_the_gate_applies_in_serve_mode(tmp_path: Path) -> None:
+    client, _ = _client(tmp_path)
+    _ask(client, ENTERING)
+    info = _ask(client, LEAVING, mode=Mode.SERVE)
+    assert info.outcome == "miss" and info.refused_by == "opposites"
+    assert _ask(client, "Klaus Mueller enters the cafe", mode=Mode.SERVE).outcome == "hit"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"opposites_gate": False},
+        {"categories": {"reaction": CategoryPolicy(opposites_gate=False)}},
+    ],
+)
+def test_the_gate_is_switched_off_for_the_cache_or_a_category(
+    tmp_path: Path, config: dict[str, Any]
+) -> None:
+    client, _ = _client(tmp_path, **config)
+    _ask(client, ENTERING)
+    info = _ask(client, LEAVING)
+    assert info.outcome == "hit" and info.refused_by is None
+
+
+def test_a_category_can_turn_the_gate_on_where_the_cache_turned_it_off(tmp_path: Path) -> None:
+    policy = CategoryPolicy(opposites_gate=True)
+    client, _ = _client(tmp_path, opposites_gate=False, categories={"reaction": policy})
+    _ask(client, ENTERING)
+    assert _ask(client, LEAVING).refused_by == "opposites"
+
+
+def test_the_proxy_metrics_count_refusals_per_category_and_table(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from llmcache.proxy._metrics import ProxyMetrics
+
+    client, _ = _client(tmp_path)
+    _ask(client, ENTERING)
+    _ask(client, LEAVING)
+    page = ProxyMetrics(client.cache.stats).render().decode()
+    samples = {
+        (s.name, s.labels.get("category")): s.value
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+    }
+    assert samples[("llmcache_refused_opposites_total", "reaction")] == 1
+    assert samples[("llmcache_table_refused_opposites_total", "reaction")] == 1
