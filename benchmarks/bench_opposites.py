@@ -19,6 +19,7 @@ gives the same answers.
 
     .venv/bin/python benchmarks/bench_opposites.py                 # 2,000 Quora pairs
     .venv/bin/python benchmarks/bench_opposites.py --quora 0       # town pairs only
+    .venv/bin/python benchmarks/bench_opposites.py --wiring 0      # no CachedLLM runs
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 from bench_models import header_line, machine_info  # beside this file
 from dev_set import QUORA, embed_cached
 
-from llmcache import CacheConfig, CachedLLM, CacheOptions
+from llmcache import CacheConfig, CachedLLM, CacheOptions, SemanticCache
 from llmcache.testing import FakeOpenAI
 from llmcache.verification import opposition
 
@@ -139,35 +140,49 @@ def cost(pairs: list[tuple[str, str]]) -> None:
         )
 
 
-def wiring(rows: list[dict[str, str]]) -> None:
-    """Pairs through CachedLLM + FakeOpenAI: an opposite is a counted miss, a paraphrase a hit."""
-    picked = [r for r in rows if r["kind"] == "antonym"][:3] + [
-        r for r in rows if r["kind"] == "paraphrase"
-    ][:3]
+def wiring(rows: list[dict[str, str]], count: int) -> None:
+    """Pairs through the real path (CachedLLM + FakeOpenAI, the default embedder, keyword mode,
+    threshold 0.80): one table per pair, ``a`` asked first (a miss, stored), then ``b``."""
+    picked = [r for r in rows if r["kind"] != "paraphrase"][:count]
+    picked += [r for r in rows if r["kind"] == "paraphrase"][:count]
+    served = {"opposites": [0, 0], "paraphrases": [0, 0]}  # [gate off, gate on]
+    named: list[str] = []
     with tempfile.TemporaryDirectory() as directory:
-        fake = FakeOpenAI(default="an answer")
-        llm = CachedLLM(fake, CacheOptions(path=Path(directory), config=CacheConfig(threshold=0.5)))
-        for r in picked:
-            table = f"pair-{rows.index(r)}"
-            for text in (r["a"], r["b"]):
-                llm.chat.completions.create(
-                    model="m",
-                    messages=[{"role": "user", "content": text}],
-                    cache={"category": table, "keywords": [text]},
-                )
-            info = llm.last_call
-            print(
-                f"  CachedLLM {r['kind']:10s}: {info.outcome:5s} refused_by={info.refused_by} "
-                f"pair={info.refused_pair!r}"
+        for column, gate in enumerate((False, True)):
+            cache = SemanticCache(
+                Path(directory) / f"gate-{gate}",
+                config=CacheConfig(threshold=0.80, opposites_gate=gate),
             )
-        llm.close()
+            client = CachedLLM(FakeOpenAI(), cache=cache)
+            for index, r in enumerate(picked):
+                infos = [
+                    client.chat.completions.create_with_info(
+                        model="m",
+                        messages=[{"role": "user", "content": f"React to: {text}"}],
+                        cache=CacheOptions(category=f"pair {index}", keywords=[text]),
+                    )[1]
+                    for text in (r["a"], r["b"])
+                ]
+                group = "paraphrases" if r["kind"] == "paraphrase" else "opposites"
+                served[group][column] += infos[1].outcome == "hit"
+                if gate and infos[1].refused_pair and len(named) < 3:
+                    named.append(f"{infos[1].refused_by}: {infos[1].refused_pair}")
+            refused = client.cache.stats().total.refused_opposites
+            client.close()
+            if gate:
+                print(f"  CachedLLM, gate on: stats() counts {refused} refused as opposite")
+    for group, (off, on) in served.items():
+        print(f"  CachedLLM at 0.80, {group:11s} ({count}): served {off} -> {on}")
+    print(f"  CallInfo of the first refusals: {'; '.join(named)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quora", type=int, default=2000, help="Quora pairs sampled (0: none)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-wiring", action="store_true")
+    parser.add_argument(
+        "--wiring", type=int, default=20, help="dev pairs of each group run through CachedLLM"
+    )
     args = parser.parse_args()
     print(header_line(machine_info()))
     dev, held = load("dev.jsonl"), load("heldback.jsonl")
@@ -184,8 +199,8 @@ def main() -> None:
     town(held, "held-back")
     if found is not None:
         quora(*found, seed=args.seed)
-    if not args.no_wiring:
-        wiring(dev)
+    if args.wiring:
+        wiring(dev, args.wiring)
 
 
 if __name__ == "__main__":
