@@ -307,49 +307,58 @@ class _Text:
 _NOT = "not"
 
 
-def _word(key: str, lemmas: tuple[str, ...], surface: str) -> _Token:
+_NOTHING: frozenset[str] = frozenset()
+
+
+@lru_cache(maxsize=65536)
+def _against(lemmas: tuple[str, ...]) -> frozenset[str]:
+    """The lemmas WordNet opposes to any of ``lemmas``."""
     opposites = _lexicon().opposites
-    against = frozenset().union(*(opposites.get(lemma, frozenset()) for lemma in lemmas))
-    return _Token(key, lemmas, surface, against)
+    found = [opposites[lemma] for lemma in lemmas if lemma in opposites]
+    if not found:
+        return _NOTHING
+    return found[0] if len(found) == 1 else frozenset().union(*found)
+
+
+@lru_cache(maxsize=65536)
+def _word(key: str, lemmas: tuple[str, ...], surface: str) -> _Token:
+    return _Token(key, lemmas, surface, _against(lemmas))
+
+
+@lru_cache(maxsize=65536)
+def _tokens_of(raw: str) -> tuple[_Token, ...]:
+    """The tokens one word makes, wherever it stands (a negator's context is the caller's)."""
+    lex = _lexicon()
+    word = raw[:-2] if raw.endswith("'s") else raw
+    if word in _NT_STEMS or word.endswith("n't"):
+        stem = _NT_STEMS.get(word, word[:-3])
+        return (_word(stem, (stem,), raw), _Token(_NOT, (), raw))
+    if word in _NEGATORS:
+        return (_Token(_NOT, (), raw),)
+    if _NUMBER.fullmatch(word) or word in _NUMBER_WORDS:
+        number = _NUMBER_WORDS.get(word, word)
+        # 7:00 is 7 o'clock; 7:30 stays itself.
+        number = re.sub(r"[:.]0+$", "", number)
+        return (_Token("#" + number, (), raw),)
+    lemmas = _lemmas(word)
+    base = next((lex.negated[lemma] for lemma in lemmas if lemma in lex.negated), None)
+    if base is not None:
+        # "unhappy" is "not happy": its "happy" cancels the other text's "happy".
+        return (_Token(_NOT, (), raw), _word(_lemmas(base)[0], _lemmas(base), raw))
+    return (_word(lemmas[0], lemmas, raw),)
 
 
 @lru_cache(maxsize=8192)
 def _analyse(text: str) -> _Text:
-    lex = _lexicon()
     tokens: list[_Token] = []
     words = _TOKEN.findall(text.lower().replace("\u2019", "'"))
     for position, raw in enumerate(words):
-        word = raw[:-2] if raw.endswith("'s") else raw
-        if word in _NT_STEMS or word.endswith("n't"):
-            stem = _NT_STEMS.get(word, word[:-3])
-            tokens.append(_word(stem, (stem,), raw))
-            tokens.append(_Token(_NOT, (), raw))
-            continue
-        if word in _NEGATORS:
+        if raw in _NEGATORS:
             # "or not", "why or why not", "if not": an alternative offered, not a negation.
             before = words[max(0, position - 2) : position]
-            if (
-                "or" in before
-                or before[-1:] == ["if"]
-                or (before[-1:] == ["why"] and word == "not")
-            ):
+            if "or" in before or before[-1:] == ["if"] or (before[-1:] == ["why"] and raw == "not"):
                 continue
-            tokens.append(_Token(_NOT, (), raw))
-            continue
-        if _NUMBER.fullmatch(word) or word in _NUMBER_WORDS:
-            number = _NUMBER_WORDS.get(word, word)
-            # 7:00 is 7 o'clock; 7:30 stays itself.
-            number = re.sub(r"[:.]0+$", "", number)
-            tokens.append(_Token("#" + number, (), raw))
-            continue
-        lemmas = _lemmas(word)
-        base = next((lex.negated[lemma] for lemma in lemmas if lemma in lex.negated), None)
-        if base is not None:
-            # "unhappy" is "not happy": its "happy" cancels the other text's "happy".
-            tokens.append(_Token(_NOT, (), raw))
-            tokens.append(_word(_lemmas(base)[0], _lemmas(base), raw))
-            continue
-        tokens.append(_word(lemmas[0], lemmas, raw))
+        tokens.extend(_tokens_of(raw))
     return _Text(tuple(tokens), Counter(t.key for t in tokens))
 
 
