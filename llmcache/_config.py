@@ -53,9 +53,10 @@ class CategoryPolicy(BaseModel):
     ``threshold`` is a raw cosine (see :class:`~llmcache.types.Similarity`). ``bypass`` skips lookup
     and storage but still validates, retries and records the call (dialogue categories in the
     thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``pool_evidence``,
-    ``twin_rate``, ``variety``, ``verifier``, ``verify_band``, ``verify_path`` and
-    ``detect_exact``: see :class:`CacheConfig`. ``validator`` and ``fallback`` are the
-    category's defaults for :class:`~llmcache.CacheOptions`' own (a call's win).
+    ``twin_rate``, ``variety``, ``verifier``, ``verify_band``, ``verify_path``,
+    ``detect_exact`` and ``opposites_gate``: see :class:`CacheConfig`. ``validator`` and
+    ``fallback`` are the category's defaults for :class:`~llmcache.CacheOptions`' own (a
+    call's win).
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -82,6 +83,7 @@ class CategoryPolicy(BaseModel):
     verify_band: float | None = Field(default=None, gt=0.0, le=1.0)
     verify_path: VerifyPath | None = None
     detect_exact: bool | None = None
+    opposites_gate: bool | None = None
 
 
 class CacheConfig(BaseModel):
@@ -135,6 +137,14 @@ class CacheConfig(BaseModel):
     an exact slot, as if the template named it in ``exact_slots``: a cached answer is served
     only to a call with the very same value, since embeddings cannot tell such values apart.
     ``False`` leaves them to the embedding (categories may set their own).
+
+    ``opposites_gate`` refuses a candidate that passed the threshold when its text means the
+    opposite of the query's: they differ by a negation, by WordNet antonyms or by a number
+    (:func:`~llmcache.verification.opposition`; ``entering``/``leaving``, ``happy``/``not
+    happy``, ``2``/``5 coffees``). The call is a miss, counted per table as refused by it, and
+    its :class:`~llmcache.CallInfo` names the pair of words. It applies in every mode and is
+    not sent to a ``verifier``: the texts themselves say the answer does not carry over.
+    ``False`` turns it off (categories may set their own).
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -165,6 +175,7 @@ class CacheConfig(BaseModel):
     verify_band: float = Field(default=0.1, gt=0.0, le=1.0)
     verify_path: VerifyPath = "request"
     detect_exact: bool = True
+    opposites_gate: bool = True
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> CacheConfig:
@@ -288,6 +299,7 @@ class CacheConfig(BaseModel):
             verify_band=_first(options.verify_band, policy.verify_band, self.verify_band),
             verify_path=_first(options.verify_path, policy.verify_path, self.verify_path),
             detect_exact=_first(policy.detect_exact, self.detect_exact),
+            opposites_gate=_first(policy.opposites_gate, self.opposites_gate),
         )
 
 
@@ -331,3 +343,4 @@ class ResolvedPolicy(BaseModel):
     verify_band: float = 0.1
     verify_path: VerifyPath = "request"
     detect_exact: bool = True
+    opposites_gate: bool = True

@@ -207,6 +207,9 @@ class TableStats(BaseModel):
     escalations: int = 0
     # Calls whose every attempt was invalid, answered with their fallback text (never stored).
     fallbacks: int = 0
+    # Candidates over the threshold refused by the opposites gate (their text meant the
+    # opposite of the query's): each call a miss.
+    refused_opposites: int = 0
     similarity_mean: float | None = None  # raw cosine of the best candidate, over lookups
     similarity_std: float | None = None
     similarity_min: float | None = None
@@ -313,6 +316,7 @@ class TableStats(BaseModel):
             attempts=int(c.get("attempts", 0)),
             escalations=int(c.get("escalations", 0)),
             fallbacks=int(c.get("fallbacks", 0)),
+            refused_opposites=int(c.get("refused_opposites", 0)),
             similarity_mean=mean,
             similarity_std=std,
             similarity_min=c.get("min_sim") if n else None,
@@ -364,7 +368,7 @@ class CacheStats(BaseModel):
             for name in (
                 "lookups", "hits", "misses", "collects", "bypasses", "corrupt",
                 "store_failures", "record_failures", "evicted", "expired", "attempts",
-                "escalations", "fallbacks", "tokens_spent",
+                "escalations", "fallbacks", "refused_opposites", "tokens_spent",
                 "tokens_avoided", "revise_tokens", "embed_tokens",
                 "verifications", "verified_yes", "verified_no", "verify_failed",
                 "verify_queued", "verify_dropped", "verify_tokens",
@@ -430,6 +434,18 @@ class CacheStats(BaseModel):
                     f"{t.verify_queued:>6} {t.verify_dropped:>7} {t.verify_tokens:>10} "
                     f"{t.verify_usd:>10.6f} {vthresh:>10} {t.verified_labels:>10} "
                     f"{t.verified_labels_wrong:>9} {t.verified_explored:>8}"
+                )
+        refusing = [t for t in rows if t.refused_opposites]
+        if refusing:
+            # Only when the opposites gate refused a candidate: the table above stays the whole
+            # output otherwise. Each refusal made a miss of a would-be hit.
+            lines.append(
+                f"{'refused as opposite':<26} {'agent':<16} {'refused':>7} {'of lookups':>10}"
+            )
+            for t in refusing:
+                lines.append(
+                    f"{t.category[:26]:<26} {t.agent[:16]:<16} {t.refused_opposites:>7} "
+                    f"{t.lookups:>10}"
                 )
         templated = [t for t in rows if t.embedded_slots is not None]
         if templated:
@@ -504,6 +520,8 @@ class Ledger:
             "store_failures": int(info.store_failed),
             "record_failures": int(info.record_failed),
         }
+        if info.refused_by == "opposites":
+            delta["refused_opposites"] = 1
         if info.similarity is not None:
             s = info.similarity.cosine
             b = min(HIST_BINS - 1, max(0, int(info.similarity.normalized * HIST_BINS)))

@@ -13,7 +13,9 @@ against it), or **miss**. What goes into that ruling lives here and nowhere else
 - near misses handed to a verifier, on the request path (its verdict is part of the ruling)
   or queued off it;
 - the table's evidence that every call leaves: labels of its nearest entry, pairs of fresh
-  answers, and whether a miss is asked twice (a twin) for such a pair.
+  answers, and whether a miss is asked twice (a twin) for such a pair;
+- the opposites gate: a candidate whose text means the opposite of the query's (a negation,
+  an antonym, another number: ``_opposites.py``) is never served, whatever its cosine.
 
 The orchestrator (``_cached_call.py``) runs what the ruling says -- the hit step, the LLM, the
 store -- and reports back what happened (:meth:`Serving.unusable`, :meth:`Serving.exploring`,
@@ -33,6 +35,7 @@ from ._budget import NO_HIT_THRESHOLD, STRICT_THRESHOLD, TableEvidence, same_ans
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
 from ._errors import ConfigurationError
+from ._opposites import opposition
 from ._shapes import Shape
 from ._types import Adapted, CallInfo, Candidate, Mode, Verdict
 from ._verify import VerifyJob, ask_verifier, verdict_cost
@@ -117,7 +120,23 @@ class Serving:
     # -- the one entry per lookup ------------------------------------------------------------
 
     def rule(self, candidates: list[Candidate], mode: Mode) -> Ruling:
-        """Serve, explore or miss, given a lookup's ``candidates`` (best first) in ``mode``."""
+        """Serve, explore or miss, given a lookup's ``candidates`` (best first) in ``mode``;
+        whatever would be served, explored or audited passes the opposites gate first."""
+        ruling = self._rule(candidates, mode)
+        if ruling.candidate is None or not self.policy.opposites_gate:
+            return ruling
+        found = opposition(self.info.embed_text or "", ruling.candidate.entry.embed_text)
+        # A second look (after waiting for another thread's miss) says what it found itself.
+        self.info.refused_by = "opposites" if found else None
+        self.info.refused_pair = found.describe() if found else None
+        if found is None:
+            return ruling
+        # Refused, not labelled: the gate keeps such candidates from ever being served, so
+        # what they would have been worth says nothing about the answers that are.
+        self._near = None
+        return _MISS
+
+    def _rule(self, candidates: list[Candidate], mode: Mode) -> Ruling:
         if not candidates:
             return _MISS
         best = candidates[0]

@@ -496,6 +496,11 @@ class CallInfo(BaseModel):
     ``fallback`` says every attempt was invalid and the answer returned is the options' (or the
     category's) ``fallback`` text, never stored; ``attempts``, ``usage`` and ``cost_usd`` still
     count every refused attempt.
+
+    ``refused_by`` names what refused a candidate that passed the threshold (the call then a
+    miss): ``"opposites"``, the opposites gate (its text means the opposite of the query's,
+    see :func:`~llmcache.verification.opposition`), with ``refused_pair`` the words that
+    differ, query's first (``leaving/entering``, ``not/-``: a negation only the query has).
     """
 
     outcome: Outcome
@@ -539,4 +544,6 @@ class CallInfo(BaseModel):
     verify_tokens: int = 0
     verify_usd: float = 0.0
     fallback: bool = False
+    refused_by: Literal["opposites"] | None = None
+    refused_pair: str | None = None
     latency_s: float = 0.0

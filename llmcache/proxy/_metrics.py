@@ -9,7 +9,8 @@ Two kinds of figure:
   was made): lookups, hits, misses, tokens and dollars spent and avoided per category, evictions,
   entries and bytes, and per table under a wrong-hit budget its threshold in force and the
   budget's estimates (wrong-hit rate, the model's self-disagreement, the excess the budget bounds,
-  with the upper ends of their 95% intervals).
+  with the upper ends of their 95% intervals), and per table the candidates the opposites gate
+  refused.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ _COUNTERS = (
     ("llmcache_expired", "Entries evicted past their time to live", "expired"),
     ("llmcache_corrupt", "Damaged entries met and evicted", "corrupt"),
     ("llmcache_store_failures", "Answers returned but not stored", "store_failures"),
+    (
+        "llmcache_refused_opposites",
+        "Candidates over the threshold refused as meaning the opposite of the query (each a miss)",
+        "refused_opposites",
+    ),
 )
 _TABLE = ["category", "agent", "model", "table"]
 
@@ -136,6 +142,15 @@ class _CacheCollector(Collector):
         if stats.bytes is not None:
             yield GaugeMetricFamily("llmcache_bytes", "Bytes of the stored entries", stats.bytes)
         yield from _budget_gauges(stats.tables)
+        refused = CounterMetricFamily(
+            "llmcache_table_refused_opposites",
+            "Candidates over the threshold refused as meaning the opposite of the query, per table",
+            labels=_TABLE,
+        )
+        for t in stats.tables:
+            if t.refused_opposites:
+                refused.add_metric([t.category, t.agent, t.model, t.key], t.refused_opposites)
+        yield refused
 
 
 class ProxyMetrics:
