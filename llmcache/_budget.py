@@ -71,9 +71,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._audit import AUDIT_ALPHA, AuditState, audit_probability, excess_sequence, rate_sequence
 from ._equivalence import same_answer
 from ._ledger import POOL_MARKER, UNTABLED_KEY, Ledger, TableStats
 from ._protocols import CacheBackend
+from ._types import Guard
 
 logger = logging.getLogger("llmcache")
 
@@ -85,11 +87,13 @@ __all__ = [
     "LABEL_FLOOR",
     "NO_HIT_THRESHOLD",
     "STRICT_THRESHOLD",
+    "AuditState",
     "BudgetBook",
     "Decision",
     "Labels",
     "Stream",
     "TableEvidence",
+    "audit_state",
     "decide",
     "excess_interval",
     "explore_probability",
@@ -246,6 +250,9 @@ class Labels:
     twins: int = 0
     twin_tokens: int = 0
     twin_usd: float = 0.0
+    audits: int = 0
+    audit_tokens: int = 0
+    audit_usd: float = 0.0
 
     @classmethod
     def from_counters(cls, counters: Mapping[str, float], stream: Stream = "hits") -> Labels:
@@ -261,6 +268,9 @@ class Labels:
             labels.twins = int(counters.get("sd_twins", 0))
             labels.twin_tokens = int(counters.get("sd_twin_tokens", 0))
             labels.twin_usd = float(counters.get("sd_twin_usd", 0.0))
+            labels.audits = int(counters.get("wa_audits", 0))
+            labels.audit_tokens = int(counters.get("wa_audit_tokens", 0))
+            labels.audit_usd = float(counters.get("wa_audit_usd", 0.0))
         for name, value in counters.items():
             for start, bins in ((f"{prefix}ok_", labels.ok), (f"{prefix}bad_", labels.bad)):
                 if name.startswith(start):
@@ -294,6 +304,9 @@ class Labels:
             twins=self.twins,
             twin_tokens=self.twin_tokens,
             twin_usd=self.twin_usd,
+            audits=self.audits,
+            audit_tokens=self.audit_tokens,
+            audit_usd=self.audit_usd,
         )
 
     def add(self, cosine: float, ok: bool) -> None:
@@ -419,6 +432,58 @@ def _unproven_threshold(table: Labels, budget: float, pool: Labels | None, pairs
     return STRICT_THRESHOLD
 
 
+def audit_state(
+    table: Labels,
+    budget: float,
+    start: float,
+    pool: Labels | None = None,
+    pairs: Labels | None = None,
+    alpha: float = AUDIT_ALPHA,
+) -> AuditState:
+    """Where a table under the audit guard stands (see ``_audit.py``): the first of its
+    starting threshold and the bin edges above it, in that order, whose excess the evidence
+    does not show above ``budget`` (each tested with an anytime-valid bound at ``alpha``: a
+    fixed sequence of tests). A table is shown over by its own labels, or by its pool's
+    where its own do not show it within (their upper bound at or under ``budget``)."""
+    if pairs is None:
+        pairs = pool if pool is not None else table
+    p_n, p_d = pairs.pairs, pairs.pairs_differ
+    first = _bin(max(start, LABEL_FLOOR))
+    edges = [start]
+    if first is not None:
+        edges += [_edge(i) for i in range(first + 1, N_BINS) if _edge(i) > start + 1e-9]
+    level = alpha
+
+    def sequence(labels: Labels, threshold: float) -> tuple[int, int, tuple[float, float]]:
+        n, wrong = labels.above(threshold)
+        return n, wrong, excess_sequence(wrong, n, p_d, p_n, level)
+
+    n = wrong = 0
+    for threshold in edges:
+        n, wrong, own = sequence(table, threshold)
+        over = own[0] > budget
+        if not over and pool is not None and own[1] > budget:
+            over = sequence(pool, threshold)[2][0] > budget
+        if not over:
+            return AuditState(
+                threshold=threshold,
+                tightened=threshold > start,
+                closed=False,
+                labels=n,
+                wrong=wrong,
+                excess=excess_sequence(wrong, n, p_d, p_n, alpha) if n else None,
+            )
+    # Closed: the evidence shown is the top bin's, which showed even it over budget.
+    return AuditState(
+        threshold=NO_HIT_THRESHOLD,
+        tightened=True,
+        closed=True,
+        labels=n,
+        wrong=wrong,
+        excess=excess_sequence(wrong, n, p_d, p_n, alpha) if n else None,
+    )
+
+
 def proven_threshold(labels: Labels, budget: float) -> float | None:
     """The lowest bin edge that ``labels`` alone prove within ``budget`` (their own pairs as
     the self-disagreement); ``None`` while no edge is proven so."""
@@ -455,6 +520,9 @@ def with_budget(
     budget: float | None,
     verified: Labels | None = None,
     pool: Labels | None = None,
+    *,
+    guard: Guard = "prove",
+    start: float | None = None,
 ) -> TableStats:
     """``table`` with its labels, pairs, exploration and twin spend, and (under a budget) the
     threshold in force, the estimated wrong-hit rate and excess at it with their two-sided 95%
@@ -471,6 +539,9 @@ def with_budget(
         "twins": labels.twins,
         "twin_tokens": labels.twin_tokens,
         "twin_usd": labels.twin_usd,
+        "audits": labels.audits,
+        "audit_tokens": labels.audit_tokens,
+        "audit_usd": labels.audit_usd,
     }
     if pairs.pairs:
         update |= {
@@ -486,7 +557,29 @@ def with_budget(
             "verified_labels_wrong": verified.wrong,
             "verified_explored": verified.explored,
         }
-    if budget is not None:
+    if budget is not None and guard == "audit" and start is not None:
+        state = audit_state(labels, budget, start, pool, pairs)
+        update |= {
+            "guard": guard,
+            "wrong_hit_budget": budget,
+            "threshold_in_force": state.threshold,
+            "threshold_source": "tightened" if state.tightened else "start",
+            "closed": state.closed,
+            "labels_in_force": state.labels,
+            "wrong_rate": state.wrong / state.labels if state.labels else None,
+            "wrong_rate_ci": rate_sequence(state.wrong, state.labels, AUDIT_ALPHA)
+            if state.labels
+            else None,
+            "excess": (
+                state.wrong / state.labels
+                - (pairs.pairs_differ / pairs.pairs if pairs.pairs else 0.0)
+            )
+            if state.labels
+            else None,
+            "excess_ci": state.excess,
+        }
+    elif budget is not None:
+        update["guard"] = "prove"
         decision = decide(labels, budget, pool, pairs)
         evidence = pool if decision.source == "pool" and pool is not None else labels
         # Unproven, the evidence that matters is the one at the strict threshold (what keeps
@@ -528,11 +621,12 @@ def pool_of(counters: Mapping[str, float]) -> str | None:
 
 def table_stats(
     counters: Mapping[str, Mapping[str, float]],
-    budget_for: Callable[[str], float | None] | None = None,
+    guard_for: Callable[[str], tuple[Guard, float | None, float | None]] | None = None,
 ) -> list[TableStats]:
     """Every table's stats from the backend's counters, labels included (each table read with
     its pool's evidence, when it has a pool); pools themselves are not tables and are left
-    out. ``budget_for`` gives a category's budget (``None``: the budget is not known, as to
+    out. ``guard_for`` gives a category's guard, budget and starting threshold
+    (``None``: they are not known, as to
     ``python -m llmcache stats``)."""
     pools: dict[str, Mapping[str, float]] = {}
     for key, table_counters in counters.items():
@@ -546,7 +640,9 @@ def table_stats(
         table = TableStats.from_counters(key, dict(table_counters))
         if table.pool:
             continue
-        budget = budget_for(table.category) if budget_for is not None else None
+        guard, budget, start = (
+            guard_for(table.category) if guard_for is not None else ("prove", None, None)
+        )
         pool_key = pool_of(table_counters)
         pool_counters = pools.get(pool_key) if pool_key is not None else None
         tables.append(
@@ -556,6 +652,8 @@ def table_stats(
                 budget,
                 Labels.from_counters(table_counters, "verified"),
                 Labels.from_counters(pool_counters) if pool_counters is not None else None,
+                guard=guard,
+                start=start,
             )
         )
     return tables
@@ -578,6 +676,8 @@ class BudgetBook:
         self._tables: dict[tuple[str, Stream], Labels] = {}
         # (table, pool, stream, budget) -> the decision in force
         self._decisions: dict[tuple[str, str | None, Stream, float], Decision] = {}
+        # (table, pool, budget, start) -> where the table stands under the audit guard
+        self._audits: dict[tuple[str, str | None, float, float], AuditState] = {}
         self._loaded_at: float | None = None
         self._random = random.Random(seed)  # seeded: a replayed stream draws the same calls
         # Twins draw apart from explorations, so that asking twins never moves which would-be
@@ -598,6 +698,7 @@ class BudgetBook:
         with self._lock:
             self._tables = tables
             self._decisions.clear()
+            self._audits.clear()
             self._loaded_at = time.monotonic()
 
     def _table(self, key: str, stream: Stream) -> Labels:
@@ -658,6 +759,38 @@ class BudgetBook:
             self._ledger.add(pool, {f"{_PREFIX[stream]}explored": 1})
         return chosen
 
+    def audit_state(
+        self, key: str, budget: float, start: float, pool: str | None = None
+    ) -> AuditState:
+        """Where a table under the audit guard stands (:func:`audit_state`)."""
+        table = self._table(key, "hits")
+        shared = self._table(pool, "hits") if pool is not None else None
+        pairs = shared if shared is not None else table
+        with self._lock:
+            cached = self._audits.get((key, pool, budget, start))
+            if cached is None:
+                cached = audit_state(table, budget, start, shared, pairs)
+                self._audits[(key, pool, budget, start)] = cached
+            return cached
+
+    def audit(self, key: str, pool: str | None = None) -> bool:
+        """Whether this would-be hit of a table under the audit guard is audited (counted as
+        an audit of the table, and of its pool): ever rarer as the evidence it feeds (the
+        pool's, when pooling) has been audited (:func:`audit_probability`)."""
+        table = self._table(key, "hits")
+        shared = self._table(pool, "hits") if pool is not None else None
+        with self._lock:
+            watched = shared if shared is not None else table
+            chosen = self._random.random() < audit_probability(watched.audits)
+            if chosen:
+                table.audits += 1
+                if shared is not None:
+                    shared.audits += 1
+        if chosen and pool is not None:
+            # The table's own count is written with its call's counters (Ledger.record).
+            self._ledger.add(pool, {"wa_audits": 1})
+        return chosen
+
     def twin(self, key: str, budget: float, rate: float, pool: str | None = None) -> bool:
         """Whether this miss under ``budget`` is also asked a second time, for a pair of fresh
         answers: with probability ``rate`` while the pairs (the pool's, when pooling) are too
@@ -688,6 +821,9 @@ class BudgetBook:
         ]
         for cached in stale:
             del self._decisions[cached]
+        if "hits" in streams:
+            for audited in [k for k in self._audits if k[0] == key or (pool and k[1] == pool)]:
+                del self._audits[audited]
 
     def add(
         self, key: str, cosine: float, ok: bool, stream: Stream = "hits", pool: str | None = None
@@ -747,6 +883,16 @@ class TableEvidence:
         result: bool = self._safely(
             lambda: self.book.explore(self.key, budget, stream, self.pool), default
         )
+        return result
+
+    def audit_state(self, budget: float, start: float) -> AuditState | None:
+        result: AuditState | None = self._safely(
+            lambda: self.book.audit_state(self.key, budget, start, self.pool), None
+        )
+        return result
+
+    def audit(self) -> bool:
+        result: bool = self._safely(lambda: self.book.audit(self.key, self.pool), False)
         return result
 
     def twin(self, budget: float, rate: float) -> bool:

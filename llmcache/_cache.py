@@ -486,7 +486,7 @@ class SemanticCache:
         wrong-hit rate with its 95% interval."""
         counters = self.ledger.counters()
         stats = CacheStats(
-            tables=table_stats(counters, self.config.budget_for), **untabled_counts(counters)
+            tables=table_stats(counters, self.config.guard_for), **untabled_counts(counters)
         )
         backend = self._bounded_backend()
         if backend is None:

@@ -252,7 +252,11 @@ class _CachedCall:
         ruling = self.serving.rule(candidates, mode)
         if ruling.candidate is None:
             return None
-        return self._serve(ruling.candidate, explore=ruling.action == "explore")
+        return self._serve(
+            ruling.candidate,
+            explore=ruling.action in ("explore", "audit"),
+            audit=ruling.action == "audit",
+        )
 
     def _answered(self, fresh: str | None) -> None:
         """Tell the serving decision what the LLM answered (it labels the table by it)."""
@@ -334,7 +338,7 @@ class _CachedCall:
             self._rescored[text] = min(1.0, max(-1.0, score))
         return self._rescored[text]
 
-    def _serve(self, candidate: Candidate, *, explore: bool = False) -> Any:
+    def _serve(self, candidate: Candidate, *, explore: bool = False, audit: bool = False) -> Any:
         # The public hit step, with this call's endpoint (its Shape) and policy.
         adapted = self.hits.adapt(
             candidate,
@@ -364,7 +368,7 @@ class _CachedCall:
         if explore:
             # Explored: the LLM is asked as on a miss, its answer served and compared with
             # this one (Serving.answered).
-            self.serving.exploring(candidate, adapted)
+            self.serving.exploring(candidate, adapted, audit=audit)
             return None
         self._mark_hit(candidate.entry, adapted.modifier)
         return self.shape.rebuild(candidate.entry, adapted.content, adapted.usage)
@@ -486,10 +490,13 @@ class _CachedCall:
         self.info.twin_usd += cost
 
     def _explored_cost(self, usage: Usage, cost: float) -> None:
-        """What exploring cost: the paid answer, and the revision of the cached one if any."""
+        """What exploring (or auditing) cost: the paid answer, and the revision of the cached
+        one if any."""
+        tokens, usd = usage.total_tokens + self.info.revise_tokens, cost + self.info.revise_usd
         if self.info.explored:
-            self.info.explore_tokens = usage.total_tokens + self.info.revise_tokens
-            self.info.explore_usd = cost + self.info.revise_usd
+            self.info.explore_tokens, self.info.explore_usd = tokens, usd
+        elif self.info.audited:
+            self.info.audit_tokens, self.info.audit_usd = tokens, usd
 
     def _store(self, result: Attempts, vector: Any, text: str) -> int | None:
         """Store a valid answer; its entry's id, or ``None`` when it could not be stored."""

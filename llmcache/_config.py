@@ -12,9 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ._equivalence import equivalence_name, equivalence_named
 from ._errors import ConfigurationError
-from ._types import CacheOptions, EmbedMode, Mode, VerifyPath, refuse_unknown_fields
+from ._types import CacheOptions, EmbedMode, Guard, Mode, VerifyPath, refuse_unknown_fields
 
-__all__ = ["CacheConfig", "CategoryPolicy", "Limits", "ResolvedPolicy"]
+__all__ = ["DEFAULT_BUDGET", "CacheConfig", "CategoryPolicy", "Limits", "ResolvedPolicy"]
+
+#: The wrong-hit budget of a guard asked for without one (``guard="audit"`` alone).
+DEFAULT_BUDGET = 0.05
 
 
 class Limits(BaseModel):
@@ -75,6 +78,7 @@ class CategoryPolicy(BaseModel):
     fallback: str | None = None
     bypass: bool = False
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
+    guard: Guard | None = None
     equivalence: Any = None  # an Equivalence; Any because Protocols are not pydantic types
     pool_evidence: bool | None = None
     twin_rate: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -112,6 +116,14 @@ class CacheConfig(BaseModel):
     template, any agent) share their labels and pairs, never their answers; ``twin_rate`` is
     the share of misses (explored would-be hits included) asked twice while the pairs that
     measure the model's own variability are too few (0: never).
+
+    ``guard`` says how a budget is kept (``None``: ``prove`` when ``wrong_hit_budget`` is set,
+    else ``off``). ``prove`` (fail-closed) serves a table only at a threshold its labels prove
+    within δ, exploring would-be hits until then; ``audit`` (fail-open) serves from the first
+    candidate at the table's ``threshold`` and audits a share of would-be hits (asked like an
+    exploration: the caller gets the fresh answer), tightening a table whose audits show its
+    excess above δ, by bounds valid however often they are looked at; ``off`` serves by the
+    threshold alone. A guard without a budget keeps :data:`DEFAULT_BUDGET`.
 
     ``variety`` serves a hit from one of the answers stored for the nearest entry's very prompt
     (twins, explorations, earlier misses of it), drawn at random, rather than always the one
@@ -167,6 +179,7 @@ class CacheConfig(BaseModel):
     max_bytes: int | None = Field(default=None, ge=1)
     ttl_seconds: float | None = Field(default=None, gt=0)
     wrong_hit_budget: float | None = Field(default=None, gt=0.0, lt=1.0)
+    guard: Guard | None = None
     explore_seed: int | None = None
     pool_evidence: bool = True
     twin_rate: float = Field(default=0.25, ge=0.0, le=1.0)
@@ -260,16 +273,27 @@ class CacheConfig(BaseModel):
         return type(self)(**{**current, **changes})
 
     def budget_for(self, category: str) -> float | None:
-        """The wrong-hit budget of a category's tables, before any call's own."""
+        """The wrong-hit budget of a category's tables, before any call's own (``None``: the
+        category is guarded by its threshold alone)."""
+        return self.guard_for(category)[1]
+
+    def guard_for(self, category: str) -> tuple[Guard, float | None, float]:
+        """How a category's tables keep their budget, before any call's own: the guard, the
+        budget and the threshold the audit guard starts from."""
         policy = self.categories.get(category, CategoryPolicy())
-        if policy.wrong_hit_budget is not None:
-            return policy.wrong_hit_budget
-        return self.wrong_hit_budget
+        guard, budget = _guarded(
+            policy.guard or self.guard, _first(policy.wrong_hit_budget, self.wrong_hit_budget)
+        )
+        return guard, budget, _first(policy.threshold, self.threshold)
 
     def resolve(self, options: CacheOptions) -> ResolvedPolicy:
         """Merge call options over the category policy over the cache defaults."""
         policy = self.categories.get(options.category, CategoryPolicy())
         mode = options.mode or policy.mode or self.mode
+        guard, budget = _guarded(
+            policy.guard or self.guard,
+            _first(options.wrong_hit_budget, policy.wrong_hit_budget, self.wrong_hit_budget),
+        )
         return ResolvedPolicy(
             mode=mode,
             embed=options.embed or policy.embed or self.embed,
@@ -284,11 +308,8 @@ class CacheConfig(BaseModel):
             validator=options.validator if options.validator is not None else policy.validator,
             fallback=_first(options.fallback, policy.fallback),
             bypass=policy.bypass and options.mode is None,
-            wrong_hit_budget=(
-                options.wrong_hit_budget
-                if options.wrong_hit_budget is not None
-                else self.budget_for(options.category)
-            ),
+            guard=guard,
+            wrong_hit_budget=budget,
             equivalence=(
                 options.equivalence if options.equivalence is not None else policy.equivalence
             ),
@@ -316,6 +337,17 @@ def _refuse_code(settings: Mapping[str, Any], where: str) -> None:
         )
 
 
+def _guarded(guard: Guard | None, budget: float | None) -> tuple[Guard, float | None]:
+    """The guard and budget in force: a budget without a guard is the proving guard (as it
+    was before there were two); a guard without a budget keeps :data:`DEFAULT_BUDGET`;
+    ``off`` keeps none."""
+    if guard == "off":
+        return "off", None
+    if guard is None:
+        return ("prove", budget) if budget is not None else ("off", None)
+    return guard, budget if budget is not None else DEFAULT_BUDGET
+
+
 def _first(*values: Any) -> Any:
     """The first value that is set: the call's, then the category's, then the cache's."""
     return next((value for value in values if value is not None), None)
@@ -334,6 +366,7 @@ class ResolvedPolicy(BaseModel):
     bypass: bool
     # The answer text returned (never stored) when every attempt was invalid; None: raise.
     fallback: str | None = None
+    guard: Guard = "off"
     wrong_hit_budget: float | None = None
     equivalence: Any = None
     pool_evidence: bool = True

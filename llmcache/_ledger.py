@@ -232,6 +232,13 @@ class TableStats(BaseModel):
     explore_tokens: int = 0
     explore_usd: float = 0.0
     wrong_hit_budget: float | None = None
+    # How the table keeps its budget: "prove" (fail-closed: labels prove a threshold before it
+    # serves) or "audit" (fail-open: serves from its starting threshold, audits a share of
+    # hits, tightens where the audits show it over δ); None without a budget.
+    guard: str | None = None
+    audits: int = 0  # would-be hits audited (asked anyway and compared) under the audit guard
+    audit_tokens: int = 0
+    audit_usd: float = 0.0
     threshold_in_force: float | None = None  # raw cosine: learned, or the strict fallback
     # The labels show even near-identical prompts disagreeing more often than the budget
     # allows: the table serves no hit (its threshold in force is above every cosine).
@@ -408,9 +415,10 @@ class CacheStats(BaseModel):
             # output otherwise. "self" is the model's own disagreement (pairs of fresh answers
             # to one prompt), "excess" the wrong-hit rate over it: what the budget bounds.
             lines.append(
-                f"{'wrong-hit budget':<26} {'agent':<16} {'budget':>6} {'thresh':>6} {'from':>5} "
-                f"{'labels':>7} {'wrong':>6} {'self [95% CI]':>20} {'excess [95% CI]':>23} "
-                f"{'explored':>8} {'twins':>6} {'budget $':>10}"
+                f"{'wrong-hit budget':<26} {'agent':<16} {'guard':>5} {'budget':>6} "
+                f"{'thresh':>6} {'from':>9} {'labels':>7} {'wrong':>6} {'self [95% CI]':>20} "
+                f"{'excess [95% CI]':>23} {'explored':>8} {'audits':>6} {'twins':>6} "
+                f"{'budget $':>10}"
             )
             for t in budgeted:
                 lines.append(_budget_row(t))
@@ -482,12 +490,13 @@ def _budget_row(t: TableStats) -> str:
     if t.closed:
         thresh = "closed"
     source = t.threshold_source or "-"
-    spent = t.explore_usd + t.twin_usd
+    spent = t.explore_usd + t.twin_usd + t.audit_usd
     return (
-        f"{t.category[:26]:<26} {t.agent[:16]:<16} {budget:>6} {thresh:>6} {source:>5} "
-        f"{t.labels:>7} {t.labels_wrong:>6} "
+        f"{t.category[:26]:<26} {t.agent[:16]:<16} {t.guard or '-':>5} {budget:>6} "
+        f"{thresh:>6} {source:>9} {t.labels:>7} {t.labels_wrong:>6} "
         f"{_interval(t.self_disagreement, t.self_disagreement_ci):>20} "
-        f"{_interval(t.excess, t.excess_ci):>23} {t.explored:>8} {t.twins:>6} {spent:>10.6f}"
+        f"{_interval(t.excess, t.excess_ci):>23} {t.explored:>8} {t.audits:>6} {t.twins:>6} "
+        f"{spent:>10.6f}"
     )
 
 
@@ -559,6 +568,13 @@ class Ledger:
             }
         if info.outcome == "hit" and info.choices > 1:
             delta["varied"] = 1
+        if info.audited:
+            # The audit guard's own figures (also inside the spent ones), apart from exploring.
+            delta |= {
+                "wa_audits": 1,
+                "wa_audit_tokens": info.audit_tokens,
+                "wa_audit_usd": info.audit_usd,
+            }
         if info.explored:
             # Exploration's own figures (also inside the spent ones): what the budget costs.
             # A near miss the verifier said yes to is explored in the table's verified stream.

@@ -50,13 +50,15 @@ VARIETY_BAND = 1e-4
 #: How many neighbours a lookup fetches when variety may draw from several.
 VARIETY_K = 8
 
-Action = Literal["serve", "explore", "miss"]
+Action = Literal["serve", "explore", "audit", "miss"]
 
 
 @dataclass(frozen=True)
 class Ruling:
-    """What one lookup's candidates come to: ``serve`` or ``explore`` ``candidate``, or
-    ``miss`` (``candidate`` is then ``None``)."""
+    """What one lookup's candidates come to: ``serve``, ``explore`` or ``audit``
+    ``candidate``, or ``miss`` (``candidate`` is then ``None``). An audit is run as an
+    exploration is (the LLM asked, its answer served, the cached one judged against it), and
+    counted and priced apart: it is the audit guard's, not the proving guard's."""
 
     action: Action
     candidate: Candidate | None = None
@@ -146,6 +148,9 @@ class Serving:
             return Ruling("serve", self._varied(candidates, -1.0))
         budget = self.policy.wrong_hit_budget
         self.info.wrong_hit_budget = budget
+        self.info.guard = self.policy.guard
+        if self.policy.guard == "audit" and budget is not None:
+            return self._audited(candidates, budget)
         threshold = self._threshold(budget)
         self.info.threshold = threshold
         if best.similarity.cosine >= threshold:
@@ -155,6 +160,30 @@ class Serving:
             return Ruling("serve", self._varied(candidates, threshold))
         self._near = best
         if self._is_near_miss(best, threshold):
+            self._asked_about.add(best.entry.id)
+            if self.policy.verify_path == "request":
+                return self._verify_now(best)
+            self._verify_later = best
+        return _MISS
+
+    def _audited(self, candidates: list[Candidate], budget: float) -> Ruling:
+        """Under the audit guard: serve from the first candidate at the threshold in force
+        (the table's own, until its audits show the excess there above the budget: see
+        ``_audit.py``), auditing a share of would-be hits. A guard that cannot read its
+        evidence serves nothing (the call is answered as a miss)."""
+        best = candidates[0]
+        state = self.evidence.audit_state(budget, self.policy.threshold)
+        if state is None:
+            self.info.threshold = STRICT_THRESHOLD
+            self._near = best
+            return _MISS
+        self.info.threshold = state.threshold
+        if best.similarity.cosine >= state.threshold:
+            if self.evidence.audit():
+                return Ruling("audit", best)
+            return Ruling("serve", self._varied(candidates, state.threshold))
+        self._near = best
+        if self._is_near_miss(best, state.threshold):
             self._asked_about.add(best.entry.id)
             if self.policy.verify_path == "request":
                 return self._verify_now(best)
@@ -272,11 +301,14 @@ class Serving:
         ):
             self._label(candidate, False)
 
-    def exploring(self, candidate: Candidate, adapted: Adapted) -> None:
-        """``candidate`` is explored: the LLM is asked as on a miss, and :meth:`answered`
-        compares its answer with ``adapted``'s."""
+    def exploring(self, candidate: Candidate, adapted: Adapted, *, audit: bool = False) -> None:
+        """``candidate`` is explored (or ``audit``-ed): the LLM is asked as on a miss, and
+        :meth:`answered` compares its answer with ``adapted``'s."""
         self.explored = (candidate, adapted)
-        self.info.explored = True
+        if audit:
+            self.info.audited = True
+        else:
+            self.info.explored = True
 
     def answered(self, fresh: str | None, adapt_free: AdaptFree) -> None:
         """The LLM gave ``fresh`` (valid; ``None``: tool calls, nothing to compare): under a

@@ -27,6 +27,7 @@ __all__ = [
     "CallInfo",
     "Candidate",
     "EmbedMode",
+    "Guard",
     "Mode",
     "Partition",
     "Similarity",
@@ -103,6 +104,10 @@ class EmbedMode(str, Enum):
 #: afterwards, off the request path, the verdict becoming a label of the table where the call
 #: gave none.
 VerifyPath = Literal["request", "background"]
+#: How a table keeps its wrong-hit budget: ``off`` (the threshold alone), ``prove`` (serve only
+#: what labels prove within δ: fail-closed) or ``audit`` (serve from the first hit, audit a
+#: share of hits, tighten what the audits show over δ: fail-open). docs/wrong-hit-budget.md.
+Guard = Literal["off", "prove", "audit"]
 
 
 class Similarity(BaseModel):
@@ -475,9 +480,12 @@ class CallInfo(BaseModel):
     Under a wrong-hit budget (``wrong_hit_budget``, the δ in force), ``threshold`` is the
     learned one; ``explored`` says a would-be hit was also sent to the LLM to label it (the
     paid answer is served, so ``outcome`` is ``miss``), and ``explore_tokens``/``explore_usd``
-    what that cost (inside ``usage``/``cost_usd``). ``label`` is the label this call gave its
-    table: ``True`` when the nearest entry's answer agreed with the LLM's, ``False`` when it
-    did not or failed the query's validator, ``None`` when the call gave none. ``twin`` says
+    what that cost (inside ``usage``/``cost_usd``). ``guard`` is how the table keeps its
+    budget (``off``, ``prove``, ``audit``); under ``audit`` a would-be hit may be ``audited``
+    instead: asked like an explored one, and what that cost is ``audit_tokens``/``audit_usd``
+    (inside ``usage``/``cost_usd``), apart from exploration. ``label`` is the label this call
+    gave its table: ``True`` when the nearest entry's answer agreed with the LLM's, ``False``
+    when it did not or failed the query's validator, ``None`` when the call gave none. ``twin`` says
     the miss was asked a second time, for a pair of fresh answers (``twin_tokens``/``twin_usd``
     what that cost, inside ``usage``/``cost_usd``), and ``pair`` what the pair showed
     (``True``: the two fresh answers agreed), also for a label whose cached entry answered the
@@ -532,6 +540,10 @@ class CallInfo(BaseModel):
     explored: bool = False
     explore_tokens: int = 0
     explore_usd: float = 0.0
+    guard: Guard = "off"
+    audited: bool = False
+    audit_tokens: int = 0
+    audit_usd: float = 0.0
     label: bool | None = None
     twin: bool = False
     twin_tokens: int = 0

@@ -98,6 +98,22 @@ def _budget_gauges(tables: list[TableStats]) -> Iterator[Metric]:
             "1 when a table serves no hit (its labels say so)",
             labels=_TABLE,
         ),
+        "audit": GaugeMetricFamily(
+            "llmcache_budget_audit_guard",
+            "1 when a table keeps its budget by auditing hits (fail-open), 0 by proving "
+            "thresholds (fail-closed)",
+            labels=_TABLE,
+        ),
+        "audits": GaugeMetricFamily(
+            "llmcache_budget_audits",
+            "Would-be hits audited under the audit guard (asked anyway and compared)",
+            labels=_TABLE,
+        ),
+        "audit_dollars": GaugeMetricFamily(
+            "llmcache_budget_audit_dollars",
+            "US dollars the audits cost (also inside the spent dollars)",
+            labels=_TABLE,
+        ),
     }
     for t in budgeted:
         where = [t.category, t.agent, t.model, t.key]
@@ -111,6 +127,9 @@ def _budget_gauges(tables: list[TableStats]) -> Iterator[Metric]:
             "excess": t.excess,
             "excess_upper": t.excess_ci[1] if t.excess_ci else None,
             "closed": float(t.closed),
+            "audit": float(t.guard == "audit") if t.guard is not None else None,
+            "audits": float(t.audits),
+            "audit_dollars": t.audit_usd,
         }
         for name, value in values.items():
             if value is not None:
