@@ -22,9 +22,11 @@ found by bisection on each side.
 
 The excess is a difference of two rates, the served answers' wrong rate ``r`` and the model's
 self-disagreement ``s``: its lower bound is ``low(r) - high(s)``, each side at ``α / 2``, and
-valid at every look because each side is. Without pairs (or with pairs that never disagreed)
-``s`` is taken as 0, as in the proving guard: no credit for variability nobody saw, which can
-only make a table tighten sooner.
+valid at every look because each side is. For a model that samples, ``s`` is unknown until
+pairs of its fresh answers show it (``high(s)`` is 1 without pairs), so a table is not caught
+for variability that may be the model's own; for a deterministic request (``temperature=0``)
+``s`` is 0 and ``r``'s own sequence at ``α`` decides. (The proving guard credits no
+variability nobody saw: there the cautious side is the other one.)
 
 A table is tested at its starting threshold and then at each bin edge above it, in that
 order, each at the full ``α``, and stands at the first one whose lower bound is not above δ:
@@ -56,10 +58,13 @@ __all__ = [
 #: shown over it (and so tightened), over its whole life.
 AUDIT_ALPHA = 0.05
 
-# How often a would-be hit is audited: START / (1 + audits so far), never under FLOOR. The
-# first few would-be hits of a table are all audited (its evidence is thinnest), then ever
-# fewer, like 1/n, so a settled table pays little: after 100 audits one would-be hit in 20.
-AUDIT_START = 5.0
+# How often a would-be hit is audited: START / (1 + audits so far), never under FLOOR. A
+# table's first two would-be hits are audited (its evidence is thinnest), then ever fewer, so
+# that after n would-be hits about sqrt(2 START n) were audited (some 30 of 245, 140 of 10,000)
+# until the floor: one in 50. START = 5 audited some 50 of 245 on the shared real agent and
+# cost 4 to 6 points more of the cut (docs/wrong-hit-budget.md) for no faster catch counted in
+# audits: what a bad table needs is a number of audited labels, whenever they come.
+AUDIT_START = 2.0
 AUDIT_FLOOR = 0.02
 
 _PRIOR = 0.5  # Jeffreys' Beta(1/2, 1/2)
@@ -105,14 +110,17 @@ def rate_sequence(ones: int, n: int, alpha: float) -> tuple[float, float]:
 
 
 def excess_sequence(
-    wrong: int, n: int, disagree: int, pairs: int, alpha: float
+    wrong: int, n: int, disagree: int, pairs: int, alpha: float, *, samples: bool = True
 ) -> tuple[float, float]:
     """The ``1 - alpha`` confidence sequence of ``wrong / n - disagree / pairs``: each rate's
-    own sequence at ``alpha / 2``; without disagreeing pairs the second rate is 0. Without
-    labels, ``(-1, 1)``."""
+    own sequence at ``alpha / 2``. A model that ``samples`` has an unknown self-disagreement
+    until its pairs show it (with none, anywhere in [0, 1]), so its excess is shown over a
+    budget only once its pairs bound how much of the wrong rate is its own variability; a
+    deterministic one (``samples=False``: ``temperature=0``) disagrees with itself never, and
+    its excess is the wrong rate's own sequence at ``alpha``. Without labels, ``(-1, 1)``."""
     if n <= 0:
         return -1.0, 1.0
-    if pairs <= 0 or disagree <= 0:
+    if not samples:
         return rate_sequence(wrong, n, alpha)
     r_low, r_high = rate_sequence(wrong, n, alpha / 2)
     s_low, s_high = rate_sequence(disagree, pairs, alpha / 2)

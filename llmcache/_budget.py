@@ -108,6 +108,9 @@ __all__ = [
     "with_budget",
 ]
 
+# The counter that keeps a table caught by the audit guard (a ``max_`` counter: merged by max).
+SHOWN_OVER = "max_wa_shown_over"
+
 # Labels below this cosine are not kept: no threshold anyone would use lies under it, and
 # keeping them would only add counters.
 LABEL_FLOOR = 0.5
@@ -253,6 +256,10 @@ class Labels:
     audits: int = 0
     audit_tokens: int = 0
     audit_usd: float = 0.0
+    # The highest starting threshold the audit guard's evidence has shown over budget (0:
+    # none): once shown, it stays shown, so a table caught does not drift back to serving
+    # there as later labels come in (the confidence sequence's "ever" is what holds at α).
+    shown_over: float = 0.0
 
     @classmethod
     def from_counters(cls, counters: Mapping[str, float], stream: Stream = "hits") -> Labels:
@@ -269,6 +276,7 @@ class Labels:
             labels.twin_tokens = int(counters.get("sd_twin_tokens", 0))
             labels.twin_usd = float(counters.get("sd_twin_usd", 0.0))
             labels.audits = int(counters.get("wa_audits", 0))
+            labels.shown_over = float(counters.get(SHOWN_OVER, 0.0))
             labels.audit_tokens = int(counters.get("wa_audit_tokens", 0))
             labels.audit_usd = float(counters.get("wa_audit_usd", 0.0))
         for name, value in counters.items():
@@ -305,6 +313,7 @@ class Labels:
             twin_tokens=self.twin_tokens,
             twin_usd=self.twin_usd,
             audits=self.audits,
+            shown_over=self.shown_over,
             audit_tokens=self.audit_tokens,
             audit_usd=self.audit_usd,
         )
@@ -439,12 +448,16 @@ def audit_state(
     pool: Labels | None = None,
     pairs: Labels | None = None,
     alpha: float = AUDIT_ALPHA,
+    *,
+    samples: bool = True,
 ) -> AuditState:
-    """Where a table under the audit guard stands (see ``_audit.py``): the first of its
-    starting threshold and the bin edges above it, in that order, whose excess the evidence
-    does not show above ``budget`` (each tested with an anytime-valid bound at ``alpha``: a
-    fixed sequence of tests). A table is shown over by its own labels, or by its pool's
-    where its own do not show it within (their upper bound at or under ``budget``)."""
+    """Where a table under the audit guard stands (see ``_audit.py``): at its starting
+    threshold until its evidence shows the excess there above ``budget`` (fail-open); then at
+    the lowest bin edge above it whose evidence keeps the excess within ``budget`` (its upper
+    bound at most ``budget``), or closed while none does. Every bound is anytime-valid at
+    ``alpha``. A table's own labels decide, or its pool's where its own do not decide the
+    other way. ``samples``: whether the table's requests sample (see
+    :func:`~llmcache._audit.excess_sequence`)."""
     if pairs is None:
         pairs = pool if pool is not None else table
     p_n, p_d = pairs.pairs, pairs.pairs_differ
@@ -456,31 +469,38 @@ def audit_state(
 
     def sequence(labels: Labels, threshold: float) -> tuple[int, int, tuple[float, float]]:
         n, wrong = labels.above(threshold)
-        return n, wrong, excess_sequence(wrong, n, p_d, p_n, level)
+        return n, wrong, excess_sequence(wrong, n, p_d, p_n, level, samples=samples)
 
-    n = wrong = 0
-    for threshold in edges:
+    n, wrong, own = sequence(table, start)
+    over = start <= table.shown_over + 1e-9 or own[0] > budget
+    if not over and pool is not None and own[1] > budget:
+        over = sequence(pool, start)[2][0] > budget
+    if not over:
+        return AuditState(
+            threshold=start, tightened=False, closed=False, labels=n, wrong=wrong, excess=own
+        )
+    # Shown over at its start: the table serves again only where its evidence (or its pool's,
+    # where its own do not show it over there) keeps the excess within the budget. The edges
+    # share the level (Bonferroni): the lowest of several proven is a choice among them.
+    level = alpha / max(1, len(edges) - 1)
+    for threshold in edges[1:]:
         n, wrong, own = sequence(table, threshold)
-        over = own[0] > budget
-        if not over and pool is not None and own[1] > budget:
-            over = sequence(pool, threshold)[2][0] > budget
-        if not over:
+        within = own[1] <= budget
+        if not within and pool is not None and own[0] <= budget:
+            within = sequence(pool, threshold)[2][1] <= budget
+        if n and within:
             return AuditState(
-                threshold=threshold,
-                tightened=threshold > start,
-                closed=False,
-                labels=n,
-                wrong=wrong,
-                excess=excess_sequence(wrong, n, p_d, p_n, alpha) if n else None,
+                threshold=threshold, tightened=True, closed=False, labels=n, wrong=wrong, excess=own
             )
-    # Closed: the evidence shown is the top bin's, which showed even it over budget.
+    level = alpha
+    n, wrong, own = sequence(table, start)
     return AuditState(
         threshold=NO_HIT_THRESHOLD,
         tightened=True,
         closed=True,
         labels=n,
         wrong=wrong,
-        excess=excess_sequence(wrong, n, p_d, p_n, alpha) if n else None,
+        excess=own if n else None,
     )
 
 
@@ -677,7 +697,7 @@ class BudgetBook:
         # (table, pool, stream, budget) -> the decision in force
         self._decisions: dict[tuple[str, str | None, Stream, float], Decision] = {}
         # (table, pool, budget, start) -> where the table stands under the audit guard
-        self._audits: dict[tuple[str, str | None, float, float], AuditState] = {}
+        self._audits: dict[tuple[str, str | None, float, float, bool], AuditState] = {}
         self._loaded_at: float | None = None
         self._random = random.Random(seed)  # seeded: a replayed stream draws the same calls
         # Twins draw apart from explorations, so that asking twins never moves which would-be
@@ -760,18 +780,24 @@ class BudgetBook:
         return chosen
 
     def audit_state(
-        self, key: str, budget: float, start: float, pool: str | None = None
+        self, key: str, budget: float, start: float, pool: str | None = None, *, samples: bool
     ) -> AuditState:
         """Where a table under the audit guard stands (:func:`audit_state`)."""
         table = self._table(key, "hits")
         shared = self._table(pool, "hits") if pool is not None else None
         pairs = shared if shared is not None else table
         with self._lock:
-            cached = self._audits.get((key, pool, budget, start))
+            cached = self._audits.get((key, pool, budget, start, samples))
             if cached is None:
-                cached = audit_state(table, budget, start, shared, pairs)
-                self._audits[(key, pool, budget, start)] = cached
-            return cached
+                cached = audit_state(table, budget, start, shared, pairs, samples=samples)
+                self._audits[(key, pool, budget, start, samples)] = cached
+            caught = cached.tightened and table.shown_over < start
+            if caught:
+                table.shown_over = start
+        if caught:
+            # Written like every counter, so that other processes keep the table caught too.
+            self._ledger.add(key, {SHOWN_OVER: start})
+        return cached
 
     def audit(self, key: str, pool: str | None = None) -> bool:
         """Whether this would-be hit of a table under the audit guard is audited (counted as
@@ -885,9 +911,10 @@ class TableEvidence:
         )
         return result
 
-    def audit_state(self, budget: float, start: float) -> AuditState | None:
+    def audit_state(self, budget: float, start: float, *, samples: bool) -> AuditState | None:
         result: AuditState | None = self._safely(
-            lambda: self.book.audit_state(self.key, budget, start, self.pool), None
+            lambda: self.book.audit_state(self.key, budget, start, self.pool, samples=samples),
+            None,
         )
         return result
 

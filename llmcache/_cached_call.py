@@ -125,8 +125,7 @@ class _CachedCall:
             self.stats_key,
             shape,
             self.messages,
-            # Variety: a hit drawn from the table's near-identical answers.
-            variety=self.policy.variety if self.policy.variety is not None else _samples(kwargs),
+            samples=_samples(kwargs),
         )
         # A templated call (see _slots.py): its exact slots, the slots its vector embeds
         # (None: the call's keywords or messages are embedded), its vector, and the vectors of

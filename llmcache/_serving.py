@@ -87,7 +87,7 @@ class Serving:
         shape: Shape,
         messages: list[dict[str, Any]],
         *,
-        variety: bool,
+        samples: bool,
     ) -> None:
         self.cache = cache
         self.policy = policy
@@ -96,7 +96,10 @@ class Serving:
         self.shape = shape
         # The query's messages: a label whose entry answered these very messages is a pair.
         self.messages = messages
-        self.variety = variety
+        # Whether the request samples (no temperature=0): its model's answers vary, which the
+        # audit guard must allow for, and a hit may then be drawn from several (variety).
+        self.samples = samples
+        self.variety = policy.variety if policy.variety is not None else samples
         # The wrong-hit evidence of the call's table (and pool): labels, pairs, thresholds.
         self.evidence = TableEvidence(cache.budget, stats_key, info.pool_key)
         # The would-be hit being explored (its candidate and what it became), or the nearest
@@ -172,7 +175,7 @@ class Serving:
         ``_audit.py``), auditing a share of would-be hits. A guard that cannot read its
         evidence serves nothing (the call is answered as a miss)."""
         best = candidates[0]
-        state = self.evidence.audit_state(budget, self.policy.threshold)
+        state = self.evidence.audit_state(budget, self.policy.threshold, samples=self.samples)
         if state is None:
             self.info.threshold = STRICT_THRESHOLD
             self._near = best

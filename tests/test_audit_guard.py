@@ -31,8 +31,8 @@ def _audited_stream(
     (no pairs), so the excess is the plain wrong-hit rate."""
     rng = random.Random(seed)
     labels = Labels()
-    state = audit_state(labels, budget, start)
-    served = wrong = 0
+    state = audit_state(labels, budget, start, samples=False)
+    served = wrong = served_after = wrong_after = 0
     audits_to_tighten: int | None = None
     for _ in range(n):
         cosine = rng.uniform(start - 0.05, 1.0)
@@ -45,9 +45,14 @@ def _audited_stream(
         else:
             served += 1
             wrong += is_wrong
+            if audits_to_tighten is not None:
+                served_after += 1
+                wrong_after += is_wrong
             continue
         before = state.threshold
-        state = audit_state(labels, budget, start)
+        state = audit_state(labels, budget, start, samples=False)
+        if state.tightened:
+            labels.shown_over = start  # as the book keeps it: caught stays caught
         if state.threshold > before and audits_to_tighten is None:
             audits_to_tighten = labels.audits
     return {
@@ -56,6 +61,8 @@ def _audited_stream(
         "audits": labels.audits,
         "audits_to_tighten": audits_to_tighten,
         "threshold": state.threshold,
+        "served_after": served_after,
+        "wrong_after": wrong_after,
     }
 
 
@@ -70,14 +77,18 @@ def test_a_good_table_serves_from_its_first_would_be_hit_and_stays_open() -> Non
 @pytest.mark.parametrize("bad", [0.3, 0.5, 0.8])
 def test_a_bad_table_tightens_within_a_bounded_number_of_audits(bad: float) -> None:
     # Under 0.95 its nearest entries are wrong 30-80% of the time, above it 1%: it must move
-    # up from its start after (in the median over seeds) at most 60 audits, and keep serving.
+    # up from its start after (in the median over seeds) at most 60 audits, to where its
+    # evidence keeps it within δ, and what it serves from then on is within δ.
     runs = [
         _audited_stream(seed, 0.05, 0.9, bad_below=0.95, bad=bad, good=0.01, n=2500)
         for seed in range(5)
     ]
     tightened = sorted(r["audits_to_tighten"] or 10**9 for r in runs)
     assert tightened[2] <= 60, runs
-    assert all(r["threshold"] > 0.9 and r["served"] > 500 for r in runs), runs
+    for r in runs:
+        if r["audits_to_tighten"] is not None:
+            assert r["threshold"] >= 0.95, r
+            assert r["wrong_after"] <= 0.05 * max(1, r["served_after"]) + 3, r
 
 
 def test_a_table_wrong_everywhere_closes() -> None:
@@ -118,8 +129,15 @@ def test_a_fixed_look_wilson_bound_misses_far_more_often_under_repeated_looks() 
     assert missed > 0.2 * 200
 
 
-def test_the_excess_sequence_credits_only_disagreement_it_saw() -> None:
-    assert excess_sequence(5, 100, 0, 0, 0.05) == rate_sequence(5, 100, 0.05)
+def test_a_sampling_models_excess_is_not_shown_over_before_its_pairs_bound_its_variability() -> (
+    None
+):
+    # Deterministic: the wrong rate alone decides.
+    assert excess_sequence(5, 100, 0, 0, 0.05, samples=False) == rate_sequence(5, 100, 0.05)
+    # Sampling, no pairs yet: 60 wrong of 100 may all be the model's own variability.
+    assert excess_sequence(60, 100, 0, 0, 0.05)[0] < 0.0
+    # With pairs that show the model agreeing with itself, the same labels show it over.
+    assert excess_sequence(60, 100, 0, 100, 0.05)[0] > 0.05
     low, high = excess_sequence(30, 100, 25, 100, 0.05)
     assert low < 0.05 < high  # 30% against the model's own 25%
     assert excess_sequence(0, 0, 1, 2, 0.05) == (-1.0, 1.0)
@@ -148,12 +166,12 @@ def test_the_audit_guard_serves_from_the_first_hit_and_audits_apart_from_explori
     client = _client(tmp_path, scripted(["3"] * 40), guard="audit", explore_seed=2)
     _ask(client, ["tree idle"], mode=Mode.COLLECT)
     infos = [_ask(client, ["tree idle"])[1] for _ in range(30)]
-    # The first would-be hits are all audited (START / (1 + audits) is 1 for the first four),
-    # then most are served at the table's own threshold.
-    assert all(i.audited and i.outcome == "miss" for i in infos[:4])
+    # The first would-be hits are audited (START / (1 + audits) is 1 for the first two), then
+    # most are served at the table's own threshold.
+    assert all(i.audited and i.outcome == "miss" for i in infos[:2])
     assert not any(i.explored for i in infos)
-    assert sum(i.outcome == "hit" for i in infos) >= 10
-    assert sum(i.audited for i in infos) < 20
+    assert sum(i.outcome == "hit" for i in infos) >= 15
+    assert sum(i.audited for i in infos) < 15
     assert all(i.guard == "audit" and i.wrong_hit_budget == 0.05 for i in infos)
     assert infos[0].audit_tokens > 0 and infos[0].label is True
     stats = client.cache.stats().tables[0]
@@ -174,8 +192,11 @@ def test_the_audit_guard_tightens_a_table_whose_audits_disagree(tmp_path: Path) 
     infos = []
     for n in range(80):
         words = "tree idle" if n % 2 else "tree idle!"
+        # temperature=0: a deterministic request, whose model never disagrees with itself, so
+        # the audits' wrong rate alone decides (a sampling one needs pairs first: see above).
         response, info = client.chat.completions.create_with_info(
             model="m",
+            temperature=0,
             messages=[{"role": "user", "content": f"Rate the importance of: {words}"}],
             cache=CacheOptions(category="importance", agent="Liam", keywords=[words]),
         )
