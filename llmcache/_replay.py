@@ -182,6 +182,7 @@ class CallResult(BaseModel):
     agent: str
     outcome: str
     explored: bool = False
+    audited: bool = False
     twin: bool = False
     cosine: float | None = None
     query: str
@@ -209,10 +210,15 @@ class Figures(BaseModel):
     without a cache saved (negative: the cache cost more, e.g. in twins and explorations);
     ``excess`` and its 95% interval are in points (percent): the served answers' wrong rate
     minus the model's own disagreement on identical prompts; ``None`` when nothing was
-    served. ``pairs`` are consecutive recorded answers to one prompt."""
+    served. ``pairs`` are consecutive recorded answers to one prompt. ``explored``,
+    ``audited`` and ``twins`` count the calls the proving guard explored, the audit guard
+    audited and the guards asked twice (their cost is inside ``cost_usd``)."""
 
     calls: int = 0
     served: int = 0
+    explored: int = 0
+    audited: int = 0
+    twins: int = 0
     acceptable: int = 0
     cost_cut: float = 0.0
     cost_usd: float = 0.0
@@ -230,6 +236,9 @@ class Figures(BaseModel):
             "calls": self.calls,
             "served": self.served,
             "cost_cut": round(self.cost_cut, 6),
+            "explored": self.explored,
+            "audited": self.audited,
+            "twins": self.twins,
             "acceptable": self.acceptable,
             "agreement": self.agreement,
             "excess": self.excess,
@@ -266,6 +275,9 @@ def figures(
     out = Figures(
         calls=len(rows),
         served=len(served),
+        explored=sum(r.explored for r in rows),
+        audited=sum(r.audited for r in rows),
+        twins=sum(r.twin for r in rows),
         acceptable=len(served) - wrong,
         cost_usd=cost,
         baseline_usd=baseline,
@@ -340,6 +352,13 @@ class ReplayReport(BaseModel):
         )
         lines = [head] + [line(n, f) for n, f in sorted(self.categories.items())]
         lines.append(line("all", self.overall))
+        o = self.overall
+        if o.explored or o.audited or o.twins:
+            # What keeping a budget asked on top (inside the cost above).
+            lines.append(
+                f"asked beside the served answers: {o.explored} explored, {o.audited} audited, "
+                f"{o.twins} asked twice"
+            )
         if self.equivalences:
             named = ", ".join(f"{c}: {e}" for c, e in sorted(self.equivalences.items()))
             lines.append(f"equivalences: {named}")
@@ -477,6 +496,7 @@ def replay(
                         agent=call.agent,
                         outcome=info.outcome,
                         explored=info.explored,
+                        audited=info.audited,
                         twin=info.twin,
                         cosine=info.similarity.cosine if info.similarity else None,
                         query=info.embed_text or "",
