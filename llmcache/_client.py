@@ -43,10 +43,15 @@ from ._shapes import (
     COMPLETIONS,
     CompletionsShape,
     ParsedChatShape,
+    Prompt,
     ResponsesShape,
     Shape,
+    chat_bypass_reason,
+    chat_prompt,
     completions_bypass_reason,
+    completions_prompt,
     responses_bypass_reason,
+    responses_prompt,
 )
 from ._stream import (
     Assembler,
@@ -120,58 +125,6 @@ def _open_templates(templates: Templates | None) -> TemplateSet | None:
     return TemplateSet(templates)
 
 
-#: A call's prompt: (user text, system text), or why the call has no prompt to recognise.
-Prompt = tuple[str, str | None] | str
-
-
-def _text(content: Any) -> str | None:
-    return content if isinstance(content, str) else None
-
-
-def chat_prompt(kwargs: Mapping[str, Any]) -> Prompt:
-    """The prompt of a chat call: one user message, after at most one system message."""
-    messages = kwargs.get("messages")
-    if not isinstance(messages, (list, tuple)) or not all(isinstance(m, Mapping) for m in messages):
-        return "the call's messages are not a list of messages"
-    roles = [m.get("role") for m in messages]
-    texts = [_text(m.get("content")) for m in messages]
-    if roles not in (["user"], ["system", "user"], ["developer", "user"]) or any(
-        set(m) - {"role", "content"} for m in messages
-    ):
-        return "a template is recognised in one user message, after at most one system message"
-    if any(t is None for t in texts):
-        return "a template is recognised in messages whose content is text"
-    return (str(texts[-1]), texts[0] if len(texts) == 2 else None)
-
-
-def completions_prompt(kwargs: Mapping[str, Any]) -> Prompt:
-    """The prompt of a legacy completions call: its ``prompt``, when it is one text."""
-    prompt = kwargs.get("prompt")
-    if isinstance(prompt, str):
-        return (prompt, None)
-    return "a template is recognised in a prompt that is one text"
-
-
-def responses_prompt(kwargs: Mapping[str, Any]) -> Prompt:
-    """The prompt of a Responses call: its ``input`` as text (or one user message), with its
-    ``instructions`` as the system text."""
-    given = kwargs.get("input")
-    instructions = kwargs.get("instructions")
-    system = instructions if isinstance(instructions, str) else None
-    if isinstance(given, str):
-        return (given, system)
-    if (
-        isinstance(given, (list, tuple))
-        and len(given) == 1
-        and isinstance(given[0], Mapping)
-        and given[0].get("role") == "user"
-        and isinstance(given[0].get("content"), str)
-        and set(given[0]) <= {"role", "content", "type"}
-    ):
-        return (given[0]["content"], system)
-    return "a template is recognised in an input that is text or one user message"
-
-
 def recognised_options(
     templates: TemplateSet | None, prompt: Prompt, default_agent: str
 ) -> tuple[CacheOptions | None, str | None]:
@@ -191,12 +144,6 @@ def recognised_options(
         # its whole, fixed prompt is what it is found by.
         options = options.model_copy(update={"embed": EmbedMode.FULL})
     return options, None
-
-
-def _cacheable(kwargs: dict[str, Any]) -> bool:
-    # Several choices cannot be answered from one stored completion.
-    n = kwargs.get("n")
-    return n is None or n == 1 or type(n).__name__ in {"NotGiven", "Omit"}
 
 
 def _streams(kwargs: dict[str, Any]) -> bool:
@@ -379,8 +326,9 @@ class _CompletionsBase(_Delegating):
         """Why ``create(**kwargs)`` would go to the wrapped client as it is (nothing looked
         up, stored or counted), or ``None`` when the cache answers it. Without ``cache=`` in
         ``kwargs``, on a client with templates: also when no template is recognised."""
-        if not _cacheable(kwargs):
-            return "n > 1: several choices cannot be answered from one stored answer"
+        reason = chat_bypass_reason(kwargs)
+        if reason is not None:
+            return reason
         return _recognition_reason(self._owner, kwargs, chat_prompt)
 
     def cache_options_for(self, **kwargs: Any) -> CacheOptions | None:
@@ -390,7 +338,7 @@ class _CompletionsBase(_Delegating):
 
     def _options(self, kwargs: dict[str, Any]) -> CacheOptions | None:
         options = _pop_options(kwargs)
-        if options is False or not _cacheable(kwargs):
+        if options is False or chat_bypass_reason(kwargs) is not None:
             return None
         if options is True:
             owner: _Base = self._owner

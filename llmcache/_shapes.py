@@ -55,12 +55,80 @@ __all__ = [
     "COMPLETIONS",
     "CompletionsShape",
     "ParsedChatShape",
+    "Prompt",
     "ResponsesShape",
     "Shape",
+    "chat_bypass_reason",
+    "chat_prompt",
     "completions_bypass_reason",
+    "completions_prompt",
     "given",
     "responses_bypass_reason",
+    "responses_prompt",
 ]
+
+
+# -- each endpoint's prompt, as templates are recognised in it --------------------------------
+
+#: A call's prompt: (user text, system text), or why the call has no prompt to recognise.
+Prompt = tuple[str, str | None] | str
+
+
+def _text(content: Any) -> str | None:
+    return content if isinstance(content, str) else None
+
+
+def chat_prompt(kwargs: Mapping[str, Any]) -> Prompt:
+    """The prompt of a chat call: one user message, after at most one system message."""
+    messages = kwargs.get("messages")
+    if not isinstance(messages, (list, tuple)) or not all(isinstance(m, Mapping) for m in messages):
+        return "the call's messages are not a list of messages"
+    roles = [m.get("role") for m in messages]
+    texts = [_text(m.get("content")) for m in messages]
+    if roles not in (["user"], ["system", "user"], ["developer", "user"]) or any(
+        set(m) - {"role", "content"} for m in messages
+    ):
+        return "a template is recognised in one user message, after at most one system message"
+    if any(t is None for t in texts):
+        return "a template is recognised in messages whose content is text"
+    return (str(texts[-1]), texts[0] if len(texts) == 2 else None)
+
+
+def completions_prompt(kwargs: Mapping[str, Any]) -> Prompt:
+    """The prompt of a legacy completions call: its ``prompt``, when it is one text."""
+    prompt = kwargs.get("prompt")
+    if isinstance(prompt, str):
+        return (prompt, None)
+    return "a template is recognised in a prompt that is one text"
+
+
+def responses_prompt(kwargs: Mapping[str, Any]) -> Prompt:
+    """The prompt of a Responses call: its ``input`` as text (or one user message), with its
+    ``instructions`` as the system text."""
+    given = kwargs.get("input")
+    instructions = kwargs.get("instructions")
+    system = instructions if isinstance(instructions, str) else None
+    if isinstance(given, str):
+        return (given, system)
+    if (
+        isinstance(given, (list, tuple))
+        and len(given) == 1
+        and isinstance(given[0], Mapping)
+        and given[0].get("role") == "user"
+        and isinstance(given[0].get("content"), str)
+        and set(given[0]) <= {"role", "content", "type"}
+    ):
+        return (given[0]["content"], system)
+    return "a template is recognised in an input that is text or one user message"
+
+
+def chat_bypass_reason(kwargs: Mapping[str, Any]) -> str | None:
+    """Why a ``chat.completions`` request cannot be answered from a cache, or ``None`` when it
+    can: several choices cannot be answered from one stored answer."""
+    n = kwargs.get("n")
+    if n is None or n == 1 or type(n).__name__ in {"NotGiven", "Omit"}:
+        return None
+    return "n > 1: several choices cannot be answered from one stored answer"
 
 
 # -- chat.completions: reading a response, rebuilding one from the store -----------------------
