@@ -42,7 +42,7 @@ from ._filing import embedding_text, keywords_text, output_params, partition_for
 from ._ledger import info_stats_key, pool_stats_key
 from ._recorder import RecordedCall, Recorder
 from ._shapes import CHAT, Shape
-from ._slots import exact_mismatch, exact_slot_names, slot_text
+from ._slots import exact_differs, exact_mismatch, exact_slot_names, slot_text
 from ._tokens import count_message_tokens
 from ._types import (
     Adapted,
@@ -146,6 +146,8 @@ class _CachedCall:
         self.chosen: tuple[str, ...] | None = None
         self._vector: Any = None
         self._rescored: dict[str, float] = {}
+        # The nearest entry refused because an exact slot differed: its cosine and that slot.
+        self._refused: tuple[float, str] | None = None
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -260,6 +262,13 @@ class _CachedCall:
             self.info.store_failed = True
             return None
         self.info.corrupt_dropped += corrupt
+        refused = self._refused
+        if refused is not None and (
+            mode is Mode.SERVE or refused[0] >= self._threshold(self.policy.wrong_hit_budget)
+        ):
+            # Close enough to be served but for an exact slot: the cost of that slot, counted
+            # (by the ledger) when the lookup ends a miss.
+            self.info.exact_refused = refused[1]
         if not candidates:
             return None
         best = candidates[0]
@@ -467,7 +476,10 @@ class _CachedCall:
         )
         if self.policy.embed is not EmbedMode.KEYWORD or self.options.keywords is not None:
             return None
-        chosen = self.cache.choose_slots(self.stats_key, slots, self.exact)
+        chosen, partitions = self.cache.choose_slots(
+            self.stats_key, slots, self.exact, shared=not self.options.agent
+        )
+        self.exact |= partitions
         text = slot_text(slots, chosen)
         if not text:
             # The chosen slots are blank in this call: embedded by all its slots instead.
@@ -488,6 +500,9 @@ class _CachedCall:
         slots and cannot be re-scored under this one."""
         slots = self.options.slots or {}
         if exact_mismatch(slots, self.exact, entry.slots):
+            differs = exact_differs(slots, self.exact, entry.slots)
+            if self._refused is None or cosine > self._refused[0]:
+                self._refused = (cosine, differs)
             return None
         if entry.embedded_slots == self.chosen:
             return cosine

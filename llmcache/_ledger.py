@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from ._config import Limits
 from ._protocols import CacheBackend
-from ._slots import embedded_from_counters
+from ._slots import embedded_from_counters, partitions_from_counters
 from ._types import CallInfo, Partition, Usage
 
 __all__ = [
@@ -84,6 +84,10 @@ class PriceTable(BaseModel):
     def cost(self, model: str, usage: Usage) -> float:
         price, _ = self.lookup(model)
         return price.cost(usage) if price else 0.0
+
+
+#: A table's counter of lookups refused because an exact slot differed: ``exact_refused:<slot>``.
+EXACT_REFUSED = "exact_refused:"
 
 
 def stats_key(partition: Partition) -> str:
@@ -279,6 +283,11 @@ class TableStats(BaseModel):
     # the table (every non-exact slot until one has), see llmcache/_slots.py. None: its calls
     # give their keywords, or are not templated.
     embedded_slots: tuple[str, ...] | None = None
+    # Its partitioning slots (see llmcache/_slots.py): exact, never embedded, each with how
+    # many distinct values it has held; and, per exact slot, the lookups that slot turned
+    # into a miss although the nearest entry was close enough to be served.
+    partition_slots: dict[str, int] = Field(default_factory=dict)
+    exact_refused: dict[str, int] = Field(default_factory=dict)
 
     @property
     def hit_rate(self) -> float:
@@ -340,7 +349,13 @@ class TableStats(BaseModel):
             verify_tokens=int(c.get("vf_tokens", 0)),
             verify_usd=c.get("vf_usd", 0.0),
             varied=int(c.get("varied", 0)),
-            embedded_slots=embedded_from_counters(c),
+            embedded_slots=embedded_from_counters(c, shared=not agent),
+            partition_slots=partitions_from_counters(c, shared=not agent),
+            exact_refused={
+                k.removeprefix(EXACT_REFUSED): int(v)
+                for k, v in c.items()
+                if k.startswith(EXACT_REFUSED)
+            },
         )
 
 
@@ -539,6 +554,9 @@ class Ledger:
                 "sd_twin_tokens": info.twin_tokens,
                 "sd_twin_usd": info.twin_usd,
             }
+        if info.outcome == "miss" and info.exact_refused:
+            # A lookup an exact slot turned into a miss: what that slot costs (see _slots.py).
+            delta[f"{EXACT_REFUSED}{info.exact_refused}"] = 1
         if info.outcome == "hit" and info.choices > 1:
             delta["varied"] = 1
         if info.explored:

@@ -32,20 +32,28 @@ is re-scored, by embedding its slot text under the current choice, before it can
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+logger = logging.getLogger("llmcache")
+
 __all__ = [
     "SlotBook",
     "choose",
+    "distinct_estimate",
     "embedded_from_counters",
+    "exact_differs",
     "exact_mismatch",
     "exact_slot_names",
     "looks_exact",
     "observe",
+    "partitioning",
+    "partitions_from_counters",
     "slot_text",
 ]
 
@@ -53,6 +61,26 @@ _HASH = "slot_h:"
 _LEN = "max_slot_len:"
 _POS = "min_slot_pos:"
 _EXACT = "max_slot_exact:"
+# The distinct-value sketch (see _roles.__doc__ below): ``max_slot_v:<bucket>:<slot>`` is 1
+# once a value hashed into that bucket, and ``slot_calls`` counts the table's calls.
+_BUCKET = "max_slot_v:"
+_CALLS = "slot_calls"
+
+#: Buckets of a slot's distinct-value sketch: a slot's distinct values are counted (up to
+#: collisions) by the buckets their hashes fill.
+BUCKETS = 64
+#: Filled buckets a slot needs before it can be embedded in a table shared by several agents
+#: (no agent given): fewer distinct values can never fill them, so up to 15 agents sharing a
+#: table are never crossed, whatever the order of their calls.
+QUERY_DISTINCT = 16
+#: Calls after which a table that has an agent learns its partitioning slots.
+SETTLE_CALLS = 32
+#: A slot with fewer than QUERY_DISTINCT values is partitioning in an agent's table once its
+#: distinct values are at most this share of the table's calls (each value recurring).
+RECUR_RATIO = 0.25
+#: In a shared table, a slot with many values still partitions once they are this few per
+#: call (a population of more than 15 agents: each has called about ten times).
+POPULATION_RATIO = 0.1
 
 _TRAILING = ".!?;:,"
 
@@ -119,6 +147,17 @@ def exact_mismatch(
     return any(stored.get(name, "").strip() != slots[name].strip() for name in exact)
 
 
+def exact_differs(
+    slots: Mapping[str, str], exact: frozenset[str], stored: Mapping[str, str] | None
+) -> str:
+    """The first exact slot (in name order) whose stored value differs from the call's (any
+    exact slot when the entry kept no slot values); ``""`` when none does."""
+    for name in sorted(exact):
+        if stored is None or stored.get(name, "").strip() != slots[name].strip():
+            return name
+    return ""
+
+
 def _value_hash(value: str) -> float:
     # 48 bits: exact as a float8 counter (every backend stores counters as doubles).
     digest = hashlib.sha256(value.strip().encode("utf-8", "surrogatepass")).digest()
@@ -135,7 +174,52 @@ def observe(slots: Mapping[str, str], exact: frozenset[str]) -> dict[str, float]
         delta[f"{_LEN}{name}"] = float(len(value.strip()))
         delta[f"{_POS}{name}"] = float(position)
         delta[f"{_EXACT}{name}"] = float(name in exact)
+        delta[f"{_BUCKET}{int(h) % BUCKETS}:{name}"] = 1.0
     return delta
+
+
+def _filled(profile: Mapping[str, float], name: str) -> int:
+    return sum(1 for j in range(BUCKETS) if f"{_BUCKET}{j}:{name}" in profile)
+
+
+def distinct_estimate(profile: Mapping[str, float], name: str) -> float:
+    """How many distinct values a slot has held in the table, from its sketch (linear
+    counting: exact while few values share no bucket; infinite once every bucket is full)."""
+    filled = _filled(profile, name)
+    if filled >= BUCKETS:
+        return math.inf
+    return -BUCKETS * math.log(1.0 - filled / BUCKETS)
+
+
+def partitioning(
+    profile: Mapping[str, float], names: Sequence[str], *, shared: bool
+) -> frozenset[str]:
+    """The slots that tell *whose* query a call is rather than *what* it asks: few values,
+    each recurring (an agent's name, its persona summary, a fixed list of places). They are
+    exact (a candidate whose value differs is never served) and never embedded.
+
+    In a ``shared`` table (its calls name no agent: a prompt recognised without an agent
+    slot) a slot is partitioning until it has shown it keeps taking new values: at least
+    ``QUERY_DISTINCT`` filled buckets, and more than ``POPULATION_RATIO`` distinct values per
+    call. So the first calls of a shared table are served only on exact repeats, and one
+    agent is never served another's answer. In an agent's own table no agent can be crossed,
+    so a slot that varied is embedded at once (as before), and becomes partitioning only
+    once the table has ``SETTLE_CALLS`` calls and the slot has shown few values, each
+    recurring (at most ``RECUR_RATIO`` of the calls)."""
+    calls = profile.get(_CALLS, 0.0)
+    found = set()
+    for name in names:
+        filled = _filled(profile, name)
+        if filled == 0:
+            continue  # a profile without a sketch (written before it existed): no role learned
+        estimate = distinct_estimate(profile, name)
+        few = filled < QUERY_DISTINCT
+        if shared:
+            if few or (calls and estimate < POPULATION_RATIO * calls):
+                found.add(name)
+        elif calls >= SETTLE_CALLS and few and estimate <= RECUR_RATIO * calls:
+            found.add(name)
+    return frozenset(found)
 
 
 def _varied(profile: Mapping[str, float], name: str) -> bool:
@@ -168,15 +252,35 @@ def slot_text(slots: Mapping[str, str], chosen: Sequence[str]) -> str | None:
     return " ".join(v for v in values if v)
 
 
-def embedded_from_counters(counters: Mapping[str, float]) -> tuple[str, ...] | None:
-    """The slots a table embeds now, from its counters (``None``: it chooses none)."""
+def _names(counters: Mapping[str, float]) -> list[str]:
     prefix = f"max_{_HASH}"
     names = [name[len(prefix) :] for name in counters if name.startswith(prefix)]
+    names.sort(key=lambda name: counters.get(f"{_POS}{name}", 0.0))
+    return names
+
+
+def embedded_from_counters(
+    counters: Mapping[str, float], *, shared: bool = False
+) -> tuple[str, ...] | None:
+    """The slots a table embeds now, from its counters (``None``: it chooses none);
+    ``shared``: the table's calls name no agent (see :func:`partitioning`)."""
+    names = _names(counters)
     if not names:
         return None
-    names.sort(key=lambda name: counters.get(f"{_POS}{name}", 0.0))
     exact = frozenset(name for name in names if counters.get(f"{_EXACT}{name}", 0.0))
-    return choose(counters, names, exact)
+    return choose(counters, names, exact | partitioning(counters, names, shared=shared))
+
+
+def partitions_from_counters(
+    counters: Mapping[str, float], *, shared: bool = False
+) -> dict[str, int]:
+    """A table's partitioning slots (see :func:`partitioning`), each with how many distinct
+    values it has held (estimated from its sketch)."""
+    names = _names(counters)
+    return {
+        name: round(distinct_estimate(counters, name))
+        for name in sorted(partitioning(counters, names, shared=shared))
+    }
 
 
 class SlotBook:
@@ -197,6 +301,7 @@ class SlotBook:
         self._lock = threading.Lock()
         self._profiles: dict[str, dict[str, float]] = {}
         self._read_at: float | None = None
+        self._warned: set[str] = set()
 
     def _refresh(self) -> None:
         now = time.monotonic()
@@ -210,12 +315,21 @@ class SlotBook:
             # table embeds every slot a little longer.
             return
         for key, table in counters.items():
-            names = [n for n in table if n.startswith(("max_slot", "min_slot"))]
+            names = [n for n in table if n.startswith(("max_slot", "min_slot", _CALLS))]
             if names:
                 _merge(self._profiles.setdefault(key, {}), {n: table[n] for n in names})
 
-    def choose(self, key: str, slots: Mapping[str, str], exact: frozenset[str]) -> tuple[str, ...]:
-        """Take a call's slot values into its table's profile, then choose its slots."""
+    def choose(
+        self,
+        key: str,
+        slots: Mapping[str, str],
+        exact: frozenset[str],
+        *,
+        shared: bool = False,
+    ) -> tuple[tuple[str, ...], frozenset[str]]:
+        """Take a call's slot values into its table's profile, then choose its slots: those
+        to embed, and the partitioning ones (exact for this call too); ``shared``: the call
+        names no agent (see :func:`partitioning`)."""
         delta = observe(slots, exact)
         with self._lock:
             self._refresh()
@@ -224,13 +338,41 @@ class SlotBook:
                 n: v for n, v in delta.items() if _merged(n, profile.get(n), v) != profile.get(n)
             }
             _merge(profile, changed)
-            chosen = choose(profile, list(slots), exact)
-        if changed:
-            self._add(key, changed)
-        return chosen
+            # The calls add up (not an extreme): counted here, merged with a re-read by max.
+            profile[_CALLS] = profile.get(_CALLS, 0.0) + 1.0
+            names = list(slots)
+            parts = partitioning(profile, names, shared=shared)
+            chosen = choose(profile, names, exact | parts)
+            # Said once the roles are told apart (some slot keeps taking new values), so that
+            # it names the slots that partition, not every slot of a table's first calls.
+            warn = (
+                shared
+                and key not in self._warned
+                and len(parts) < len(names)
+                and _several(profile, parts)
+            )
+            if warn:
+                self._warned.add(key)
+        self._add(key, {**changed, _CALLS: 1.0})
+        if warn:
+            logger.warning(
+                "table %s: recognised calls with several values of slot(s) %s share one table "
+                "(their template names no agent slot); each value is kept apart as an exact "
+                "slot, never embedded. Name the agent's slot (an 'agent slot:' note) to give "
+                "each its own table",
+                key,
+                ", ".join(sorted(n for n in parts if _filled(profile, n) > 1)),
+            )
+        return chosen, parts
+
+
+def _several(profile: Mapping[str, float], parts: frozenset[str]) -> bool:
+    return any(_filled(profile, name) > 1 for name in parts)
 
 
 def _merged(name: str, old: float | None, new: float) -> float:
+    # Every counter of the profile keeps an extreme in memory; the call count, a sum in the
+    # backend, is merged by max with a re-read too (the greater count has seen more calls).
     if old is None:
         return new
     return min(old, new) if name.startswith("min_") else max(old, new)
