@@ -449,10 +449,17 @@ class CacheStats(BaseModel):
         templated = [t for t in rows if t.embedded_slots is not None]
         if templated:
             # Only when templated calls chose their slots: which slots each table embeds.
-            lines.append(f"{'embedded slots':<26} {'agent':<16} slots (deciding first)")
+            lines.append(
+                f"{'embedded slots':<26} {'agent':<16} slots (deciding first); "
+                "partitioning slots (values); lookups refused by an exact slot"
+            )
             for t in templated:
+                # Where no agent is given, the partitioning slots name whose calls share it.
+                parts = ", ".join(f"{s} ({n})" for s, n in t.partition_slots.items()) or "-"
+                refused = ", ".join(f"{s}: {n}" for s, n in t.exact_refused.items()) or "-"
                 lines.append(
-                    f"{t.category[:26]:<26} {t.agent[:16]:<16} {', '.join(t.embedded_slots or ())}"
+                    f"{t.category[:26]:<26} {t.agent[:16]:<16} "
+                    f"{', '.join(t.embedded_slots or ())}; {parts}; {refused}"
                 )
         if self.unrecognised:
             lines.append(
