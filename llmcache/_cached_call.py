@@ -42,7 +42,7 @@ from ._filing import embedding_text, keywords_text, output_params, partition_for
 from ._ledger import info_stats_key, pool_stats_key
 from ._recorder import RecordedCall, Recorder
 from ._shapes import CHAT, Shape
-from ._slots import exact_differs, exact_mismatch, exact_slot_names, slot_text
+from ._slots import exact_differs, exact_slot_names, slot_text, times_differ
 from ._tokens import count_message_tokens
 from ._types import (
     Adapted,
@@ -499,8 +499,11 @@ class _CachedCall:
         may not be served: an exact slot differs, or it was embedded under another choice of
         slots and cannot be re-scored under this one."""
         slots = self.options.slots or {}
-        if exact_mismatch(slots, self.exact, entry.slots):
-            differs = exact_differs(slots, self.exact, entry.slots)
+        differs = exact_differs(slots, self.exact, entry.slots) if self.exact else ""
+        if not differs and self.policy.detect_exact and self.policy.exact_times:
+            # The times and dates inside the other slots' values must match too.
+            differs = times_differ(slots, [n for n in slots if n not in self.exact], entry.slots)
+        if differs:
             if self._refused is None or cosine > self._refused[0]:
                 self._refused = (cosine, differs)
             return None

@@ -47,9 +47,10 @@ class CategoryPolicy(BaseModel):
     ``threshold`` is a raw cosine (see :class:`~llmcache.types.Similarity`). ``bypass`` skips lookup
     and storage but still validates, retries and records the call (dialogue categories in the
     thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``pool_evidence``,
-    ``twin_rate``, ``variety``, ``verifier``, ``verify_band``, ``verify_path`` and
-    ``detect_exact``: see :class:`CacheConfig`. ``validator`` and ``fallback`` are the
-    category's defaults for :class:`~llmcache.CacheOptions`' own (a call's win).
+    ``twin_rate``, ``variety``, ``verifier``, ``verify_band``, ``verify_path``,
+    ``detect_exact`` and ``exact_times``: see :class:`CacheConfig`. ``validator`` and
+    ``fallback`` are the category's defaults for :class:`~llmcache.CacheOptions`' own (a
+    call's win).
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -76,6 +77,7 @@ class CategoryPolicy(BaseModel):
     verify_band: float | None = Field(default=None, gt=0.0, le=1.0)
     verify_path: VerifyPath | None = None
     detect_exact: bool | None = None
+    exact_times: bool | None = None
 
 
 class CacheConfig(BaseModel):
@@ -129,6 +131,13 @@ class CacheConfig(BaseModel):
     an exact slot, as if the template named it in ``exact_slots``: a cached answer is served
     only to a call with the very same value, since embeddings cannot tell such values apart.
     ``False`` leaves them to the embedding (categories may set their own).
+
+    ``exact_times`` does the same for the times and dates *inside* a longer slot value
+    (``[Monday February 13 -- 10:00 AM] Activity: Isabella is``): a cached answer is served
+    only when every such token of the call's slots matches the entry's, the rest of the value
+    being embedded as usual (with ``detect_exact`` only: turning that off leaves every time
+    to the embedding). On by default: an hourly schedule's hour decides its answer, and
+    prompts that merely carry the clock lose few hits by it (``docs/performance.md``).
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -159,6 +168,7 @@ class CacheConfig(BaseModel):
     verify_band: float = Field(default=0.1, gt=0.0, le=1.0)
     verify_path: VerifyPath = "request"
     detect_exact: bool = True
+    exact_times: bool = True
 
     @property
     def limits(self) -> Limits:
@@ -211,6 +221,7 @@ class CacheConfig(BaseModel):
             verify_band=_first(options.verify_band, policy.verify_band, self.verify_band),
             verify_path=_first(options.verify_path, policy.verify_path, self.verify_path),
             detect_exact=_first(policy.detect_exact, self.detect_exact),
+            exact_times=_first(policy.exact_times, self.exact_times),
         )
 
 
@@ -241,3 +252,4 @@ class ResolvedPolicy(BaseModel):
     verify_band: float = 0.1
     verify_path: VerifyPath = "request"
     detect_exact: bool = True
+    exact_times: bool = True

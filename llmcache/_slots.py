@@ -55,6 +55,8 @@ __all__ = [
     "partitioning",
     "partitions_from_counters",
     "slot_text",
+    "time_tokens",
+    "times_differ",
 ]
 
 _HASH = "slot_h:"
@@ -123,6 +125,37 @@ def looks_exact(value: str) -> bool:
     if _LONE_NUMBER.fullmatch(text):
         return False
     return bool(_HAS_TIME_OR_DATE.search(text) or _NUMERIC_RANGE.search(text))
+
+
+# The time and date tokens inside a longer value (numbers alone are not: a count, a score).
+_TIME_TOKEN = re.compile(
+    rf"\d{{4}}-\d{{1,2}}-\d{{1,2}}(?:[t ]\d{{1,2}}:\d{{2}}(?::\d{{2}})?)?"
+    rf"|\d{{1,2}}:\d{{2}}(?::\d{{2}})?(?:\s*[ap]\.?m\.?)?"
+    rf"|\b\d{{1,2}}\s*[ap]\.?m\.?(?![a-z])"
+    rf"|\b\d{{1,2}}/\d{{1,2}}/\d{{2,4}}\b"
+    rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?![a-z])",
+    re.IGNORECASE,
+)
+
+
+def time_tokens(value: str) -> tuple[str, ...]:
+    """The times and dates inside a value, in order, lower-cased with spaces and dots dropped
+    (``10:00 AM`` and ``10:00am`` are one time)."""
+    return tuple(re.sub(r"[\s.]", "", m.group()).lower() for m in _TIME_TOKEN.finditer(value))
+
+
+def times_differ(
+    slots: Mapping[str, str], names: Sequence[str], stored: Mapping[str, str] | None
+) -> str:
+    """The first of ``names`` whose times and dates differ between the call's value and a
+    stored entry's (an entry without slot values: the first with any); ``""`` when none does."""
+    for name in names:
+        mine = time_tokens(slots.get(name, ""))
+        theirs = time_tokens(stored.get(name, "")) if stored is not None else ()
+        if mine != theirs and (stored is not None or mine):
+            return name
+    return ""
 
 
 def exact_slot_names(

@@ -157,3 +157,19 @@ def test_streams_end_with_the_query_slot_embedded_and_never_cross_agents(
     assert len(seen) >= 16
     assert info.embedded_slots == ("3",)
     cache.close()
+
+
+def test_times_inside_a_value_must_match_unless_turned_off(tmp_path: Path) -> None:
+    text = "Schedule so far:\n!<INPUT 0>!\nWhat next?"
+    hour = "[Monday February 13 -- {} AM] Activity: Isabella is"
+    for exact_times, served in ((True, False), (False, True)):
+        cache = SemanticCache(tmp_path / str(exact_times), embedder=HashEmbedder()).with_config(
+            threshold=0.5, exact_times=exact_times
+        )
+        llm = CachedLLM(FakeOpenAI(lambda r: "x"), cache=cache, templates=[_template(text)])
+        for value in (hour.format("09:00"), hour.format("10:00")):
+            # An agent's own table: the slot that varied is embedded at once.
+            request = _template(text).fill(value).request(agent="Isabella")
+            _, info = llm.chat.completions.create_with_info(model="m", **request)
+        assert (info.outcome == "hit") is served
+        cache.close()
