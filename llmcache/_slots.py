@@ -49,6 +49,7 @@ __all__ = [
     "embedded_from_counters",
     "exact_differs",
     "exact_mismatch",
+    "exact_partitions",
     "exact_slot_names",
     "looks_exact",
     "observe",
@@ -229,7 +230,7 @@ def partitioning(
 ) -> frozenset[str]:
     """The slots that tell *whose* query a call is rather than *what* it asks: few values,
     each recurring (an agent's name, its persona summary, a fixed list of places). They are
-    exact (a candidate whose value differs is never served) and never embedded.
+    never embedded; those that separate agents are exact too (:func:`exact_partitions`).
 
     In a ``shared`` table (its calls name no agent: a prompt recognised without an agent
     slot) a slot is partitioning until it has shown it keeps taking new values: at least
@@ -253,6 +254,26 @@ def partitioning(
         elif calls >= SETTLE_CALLS and few and estimate <= RECUR_RATIO * calls:
             found.add(name)
     return frozenset(found)
+
+
+def exact_partitions(
+    profile: Mapping[str, float], parts: frozenset[str], *, shared: bool
+) -> frozenset[str]:
+    """Of a table's partitioning slots, those a candidate must match exactly; the others are
+    context: neither embedded nor matched (a persona summary that changes over the day).
+
+    Only a ``shared`` table needs any: an agent's own table cannot cross agents. In a shared
+    table, the slots of few values (fewer than ``QUERY_DISTINCT``: an agent's name) are exact;
+    a slot of many values that partitions by their recurrence alone (each agent's successive
+    personas) is context when a slot of few values, with more than one, already separates
+    the callers, and exact otherwise (a population of more than 15 agents: every
+    partitioning slot is exact)."""
+    if not shared:
+        return frozenset()
+    few = frozenset(name for name in parts if _filled(profile, name) < QUERY_DISTINCT)
+    if any(_filled(profile, name) > 1 for name in few):
+        return few
+    return parts
 
 
 def _varied(profile: Mapping[str, float], name: str) -> bool:
@@ -361,8 +382,8 @@ class SlotBook:
         shared: bool = False,
     ) -> tuple[tuple[str, ...], frozenset[str]]:
         """Take a call's slot values into its table's profile, then choose its slots: those
-        to embed, and the partitioning ones (exact for this call too); ``shared``: the call
-        names no agent (see :func:`partitioning`)."""
+        to embed, and the partitioning ones to match exactly (:func:`exact_partitions`);
+        ``shared``: the call names no agent (see :func:`partitioning`)."""
         delta = observe(slots, exact)
         with self._lock:
             self._refresh()
@@ -376,13 +397,14 @@ class SlotBook:
             names = list(slots)
             parts = partitioning(profile, names, shared=shared)
             chosen = choose(profile, names, exact | parts)
+            matched = exact_partitions(profile, parts, shared=shared)
             # Said once the roles are told apart (some slot keeps taking new values), so that
             # it names the slots that partition, not every slot of a table's first calls.
             warn = (
                 shared
                 and key not in self._warned
                 and len(parts) < len(names)
-                and _several(profile, parts)
+                and _several(profile, exact_partitions(profile, parts, shared=shared))
             )
             if warn:
                 self._warned.add(key)
@@ -394,9 +416,9 @@ class SlotBook:
                 "slot, never embedded. Name the agent's slot (an 'agent slot:' note) to give "
                 "each its own table",
                 key,
-                ", ".join(sorted(n for n in parts if _filled(profile, n) > 1)),
+                ", ".join(sorted(n for n in matched if _filled(profile, n) > 1)),
             )
-        return chosen, parts
+        return chosen, matched
 
 
 def _several(profile: Mapping[str, float], parts: frozenset[str]) -> bool:
