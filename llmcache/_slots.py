@@ -12,6 +12,15 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
   ``3 to 5``): embeddings score ``09:00 AM`` and ``10:00 PM`` as near-identical
   (``docs/performance.md``), so a candidate whose value differs is never served, and exact
   slots are not embedded;
+- a slot's **role** is learned from the table's traffic (:func:`partitioning`): a slot of few
+  values, each recurring (an agent's name, its persona summary, a fixed list of places), tells
+  *whose* query it is, not *what* is asked, and is never embedded. In a table several agents
+  share (its calls name no agent: a prompt file recognised without an ``agent slot:`` note),
+  every slot partitions until it has shown 16 distinct values, and the partitioning slots
+  that separate the callers are exact (:func:`exact_partitions`), so one agent is never
+  served another's answer, not even in the table's first calls;
+- **times and dates inside** a longer value (``[Monday February 13 -- 10:00 AM] Activity:``)
+  must match too (``CacheConfig(exact_times=True)``, the default), the rest being embedded;
 - of the other slots, those whose values have **varied** within the table are embedded; until
   the table has seen any vary (its first calls), all of them are;
 - in **deciding order**: shortest first, by the longest value the slot has held in the table
@@ -20,9 +29,13 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
 
 The table's slot profile is kept as counters of the table (both backends keep them, atomically
 across processes): per slot the least and greatest hash of its values (they differ once the slot
-has varied), the longest value, its position and whether it was exact. Every one of them keeps
+has varied), the longest value, its position and whether it was exact, and a distinct-value
+sketch: 64 hashed buckets, each a ``max_`` counter set to 1 once a value hashed into it (the
+filled buckets count the distinct values, exactly while they are few). Every one of them keeps
 an extreme (``max_``/``min_`` counters), so adding them again is harmless and merging a re-read
-profile into one held in memory is idempotent.
+profile into one held in memory is idempotent. The table's call count (``slot_calls``) adds up
+in the backend and is merged in memory by max. Roles are read from these counters alone, so
+every process sharing a cache reaches the same choice from the same counters.
 
 A choice can change after entries were stored (a slot varies for the first time): an entry
 records its slot values and the slots its vector embeds, and one embedded under another choice

@@ -173,3 +173,26 @@ def test_times_inside_a_value_must_match_unless_turned_off(tmp_path: Path) -> No
             _, info = llm.chat.completions.create_with_info(model="m", **request)
         assert (info.outcome == "hit") is served
         cache.close()
+
+
+def test_an_agents_changing_persona_is_neither_embedded_nor_matched(tmp_path: Path) -> None:
+    llm, cache = client(tmp_path, DECLARED, threshold=0.95)
+    events = [
+        f"{WORDS[i % 8]} {WORDS[(i * 3 + 1) % 8]} {WORDS[(i * 5 + 2) % 8]} {i}" for i in range(40)
+    ]
+
+    def ask_as(version: int, event: str) -> Any:
+        text = _template(AS_IS).fill(
+            "Ann Lee", f"Ann v{version}\nAnn runs a cafe.", "Ann Lee", event
+        )
+        return llm.chat.completions.create_with_info(
+            model="m", messages=[{"role": "user", "content": text.text}]
+        )[1]
+
+    for i, event in enumerate(events):
+        ask_as(i // 20, event)  # the persona changes once, halfway
+    # Settled: the persona (2 values, each recurring) partitions the agent's table; a repeat
+    # under the other persona is still served, and the event alone is embedded.
+    info = ask_as(1, events[5])
+    assert info.outcome == "hit" and info.embedded_slots == ("3",)
+    cache.close()
