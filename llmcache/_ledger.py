@@ -20,7 +20,11 @@ from pydantic import BaseModel, Field
 
 from ._config import Limits
 from ._protocols import CacheBackend
-from ._slots import embedded_from_counters, partitions_from_counters
+from ._slots import (
+    embedded_from_counters,
+    partition_values_from_counters,
+    partitions_from_counters,
+)
 from ._types import CallInfo, Partition, Usage
 
 __all__ = [
@@ -287,6 +291,9 @@ class TableStats(BaseModel):
     # many distinct values it has held; and, per exact slot, the lookups that slot turned
     # into a miss although the nearest entry was close enough to be served.
     partition_slots: dict[str, int] = Field(default_factory=dict)
+    # Where no agent is given: the values of the slots that separate the table's callers (the
+    # agents' names), by slot.
+    partition_values: dict[str, list[str]] = Field(default_factory=dict)
     exact_refused: dict[str, int] = Field(default_factory=dict)
 
     @property
@@ -351,6 +358,7 @@ class TableStats(BaseModel):
             varied=int(c.get("varied", 0)),
             embedded_slots=embedded_from_counters(c, shared=not agent),
             partition_slots=partitions_from_counters(c, shared=not agent),
+            partition_values=partition_values_from_counters(c),
             exact_refused={
                 k.removeprefix(EXACT_REFUSED): int(v)
                 for k, v in c.items()
@@ -456,6 +464,8 @@ class CacheStats(BaseModel):
             for t in templated:
                 # Where no agent is given, the partitioning slots name whose calls share it.
                 parts = ", ".join(f"{s} ({n})" for s, n in t.partition_slots.items()) or "-"
+                for s, values in t.partition_values.items():
+                    parts += f"; {s}: {', '.join(values)}"
                 refused = ", ".join(f"{s}: {n}" for s, n in t.exact_refused.items()) or "-"
                 lines.append(
                     f"{t.category[:26]:<26} {t.agent[:16]:<16} "

@@ -66,6 +66,7 @@ __all__ = [
     "exact_slot_names",
     "looks_exact",
     "observe",
+    "partition_values_from_counters",
     "partitioning",
     "partitions_from_counters",
     "slot_text",
@@ -81,6 +82,9 @@ _EXACT = "max_slot_exact:"
 # once a value hashed into that bucket, and ``slot_calls`` counts the table's calls.
 _BUCKET = "max_slot_v:"
 _CALLS = "slot_calls"
+# ``max_slot_value:<slot>:<value>``: a value of a slot that separates a shared table's callers.
+_VALUE = "max_slot_value:"
+_NAMED_CHARS = 64
 
 #: Buckets of a slot's distinct-value sketch: a slot's distinct values are counted (up to
 #: collisions) by the buckets their hashes fill.
@@ -338,6 +342,17 @@ def embedded_from_counters(
     return choose(counters, names, exact | partitioning(counters, names, shared=shared))
 
 
+def partition_values_from_counters(counters: Mapping[str, float]) -> dict[str, list[str]]:
+    """The values of the slots that separated a shared table's callers (its agents' names,
+    where no agent slot is declared), by slot."""
+    found: dict[str, list[str]] = {}
+    for key in counters:
+        if key.startswith(_VALUE):
+            name, _, value = key[len(_VALUE) :].partition(":")
+            found.setdefault(name, []).append(value)
+    return {name: sorted(values) for name, values in sorted(found.items())}
+
+
 def partitions_from_counters(
     counters: Mapping[str, float], *, shared: bool = False
 ) -> dict[str, int]:
@@ -411,6 +426,16 @@ class SlotBook:
             parts = partitioning(profile, names, shared=shared)
             chosen = choose(profile, names, exact | parts)
             matched = exact_partitions(profile, parts, shared=shared)
+            # Where no agent is named, the values of the slots that separate the callers name
+            # them in the stats (short values only: a name, not a persona).
+            named = {
+                f"{_VALUE}{name}:{slots[name].strip()}": 1.0
+                for name in matched
+                if shared and len(slots[name].strip()) <= _NAMED_CHARS
+            }
+            named = {n: v for n, v in named.items() if n not in profile}
+            profile.update(named)
+            changed.update(named)
             # Said once the roles are told apart (some slot keeps taking new values), so that
             # it names the slots that partition, not every slot of a table's first calls.
             warn = (

@@ -88,6 +88,9 @@ def test_a_prompt_file_as_published_never_crosses_agents_and_learns_the_event_sl
     assert table.embedded_slots == ("3",)
     assert set(table.partition_slots) == {"0", "1", "2"}
     assert table.partition_slots["0"] == 3
+    # No agent slot: the slots that separate the callers name them.
+    assert table.partition_values["0"] == sorted(AGENTS[:3])
+    assert "Ann Lee, Bo Chen, Cy Park" in cache.stats().render()
     # The same events of another agent were close enough, refused by the name slots (and, in
     # the table's first calls, near events by the event slot, still partitioning then).
     assert table.exact_refused["0"] > 0
