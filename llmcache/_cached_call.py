@@ -500,9 +500,9 @@ class _CachedCall:
         slots and cannot be re-scored under this one."""
         slots = self.options.slots or {}
         differs = exact_differs(slots, self.exact, entry.slots) if self.exact else ""
-        if not differs and self.policy.detect_exact and self.policy.exact_times:
-            # The times and dates inside the other slots' values must match too.
-            differs = times_differ(slots, [n for n in slots if n not in self.exact], entry.slots)
+        if not differs and self.chosen and self.policy.detect_exact and self.policy.exact_times:
+            # The times and dates inside the embedded slots' values must match too.
+            differs = times_differ(slots, self.chosen, entry.slots)
         if differs:
             if self._refused is None or cosine > self._refused[0]:
                 self._refused = (cosine, differs)

@@ -132,7 +132,7 @@ class CacheConfig(BaseModel):
     only to a call with the very same value, since embeddings cannot tell such values apart.
     ``False`` leaves them to the embedding (categories may set their own).
 
-    ``exact_times`` does the same for the times and dates *inside* a longer slot value
+    ``exact_times`` does the same for the times and dates *inside* an embedded slot's value
     (``[Monday February 13 -- 10:00 AM] Activity: Isabella is``): a cached answer is served
     only when every such token of the call's slots matches the entry's, the rest of the value
     being embedded as usual (with ``detect_exact`` only: turning that off leaves every time

@@ -19,8 +19,9 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
   every slot partitions until it has shown 16 distinct values, and the partitioning slots
   that separate the callers are exact (:func:`exact_partitions`), so one agent is never
   served another's answer, not even in the table's first calls;
-- **times and dates inside** a longer value (``[Monday February 13 -- 10:00 AM] Activity:``)
-  must match too (``CacheConfig(exact_times=True)``, the default), the rest being embedded;
+- **times and dates inside** an embedded slot's value (``[Monday February 13 -- 10:00 AM]
+  Activity:``) must match too (``CacheConfig(exact_times=True)``, the default), the rest
+  being embedded;
 - of the other slots, those whose values have **varied** within the table are embedded; until
   the table has seen any vary (its first calls), all of them are;
 - in **deciding order**: shortest first, by the longest value the slot has held in the table
