@@ -31,12 +31,13 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
 The table's slot profile is kept as counters of the table (both backends keep them, atomically
 across processes): per slot the least and greatest hash of its values (they differ once the slot
 has varied), the longest value, its position and whether it was exact, and a distinct-value
-sketch: 64 hashed buckets, each a ``max_`` counter set to 1 once a value hashed into it (the
-filled buckets count the distinct values, exactly while they are few). Every one of them keeps
-an extreme (``max_``/``min_`` counters), so adding them again is harmless and merging a re-read
-profile into one held in memory is idempotent. The table's call count (``slot_calls``) adds up
-in the backend and is merged in memory by max. Roles are read from these counters alone, so
-every process sharing a cache reaches the same choice from the same counters.
+sketch: 64 hashed buckets, each a ``max_`` counter (HyperLogLog's registers: the filled buckets
+count the distinct values exactly while they are few, the registers estimate many). Every one
+of them keeps an extreme (``max_``/``min_`` counters), so adding them again is harmless and
+merging a re-read profile into one held in memory is idempotent. The table's call count
+(``slot_calls``) adds up in the backend and is merged in memory by max. Roles are read from
+these counters alone, so every process sharing a cache reaches the same choice from the same
+counters.
 
 A choice can change after entries were stored (a slot varies for the first time): an entry
 records its slot values and the slots its vector embeds, and one embedded under another choice
@@ -90,6 +91,9 @@ _NAMED_CHARS = 64
 #: Buckets of a slot's distinct-value sketch: a slot's distinct values are counted (up to
 #: collisions) by the buckets their hashes fill.
 BUCKETS = 64
+# The hash's bits left after the bucket (48 - 6), and HyperLogLog's constant for 64 registers.
+_REST_BITS = 42
+_HLL_ALPHA = 0.709
 #: Filled buckets a slot needs before it can be embedded in a table shared by several agents
 #: (no agent given): fewer distinct values can never fill them, so up to 15 agents sharing a
 #: table are never crossed, whatever the order of their calls.
@@ -226,7 +230,9 @@ def observe(slots: Mapping[str, str], exact: frozenset[str]) -> dict[str, float]
         delta[f"{_LEN}{name}"] = float(len(value.strip()))
         delta[f"{_POS}{name}"] = float(position)
         delta[f"{_EXACT}{name}"] = float(name in exact)
-        delta[f"{_BUCKET}{int(h) % BUCKETS}:{name}"] = 1.0
+        bucket, rest = int(h) % BUCKETS, int(h) // BUCKETS
+        # HyperLogLog's register: the rank of the first 1-bit of the hash's other 42 bits.
+        delta[f"{_BUCKET}{bucket}:{name}"] = float(_REST_BITS - rest.bit_length() + 1)
     return delta
 
 
@@ -235,12 +241,15 @@ def _filled(profile: Mapping[str, float], name: str) -> int:
 
 
 def distinct_estimate(profile: Mapping[str, float], name: str) -> float:
-    """How many distinct values a slot has held in the table, from its sketch (linear
-    counting: exact while few values share no bucket; infinite once every bucket is full)."""
-    filled = _filled(profile, name)
-    if filled >= BUCKETS:
-        return math.inf
-    return -BUCKETS * math.log(1.0 - filled / BUCKETS)
+    """How many distinct values a slot has held in the table, from its sketch: HyperLogLog
+    over 64 registers (about 13% error), by linear counting while few registers are set
+    (exact while few values share no bucket)."""
+    registers = [profile.get(f"{_BUCKET}{j}:{name}", 0.0) for j in range(BUCKETS)]
+    empty = sum(1 for r in registers if r == 0.0)
+    raw = _HLL_ALPHA * BUCKETS * BUCKETS / sum(math.pow(2.0, -r) for r in registers)
+    if raw <= 2.5 * BUCKETS and empty:
+        return BUCKETS * math.log(BUCKETS / empty)
+    return raw
 
 
 def partitioning(
