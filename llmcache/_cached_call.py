@@ -42,7 +42,7 @@ from ._ledger import info_stats_key, pool_stats_key
 from ._recorder import RecordedCall, Recorder
 from ._serving import Serving
 from ._shapes import CHAT, Shape
-from ._slots import exact_mismatch, exact_slot_names, slot_text
+from ._slots import exact_differs, exact_slot_names, slot_text, times_differ
 from ._tokens import count_message_tokens
 from ._types import (
     Adapted,
@@ -134,6 +134,8 @@ class _CachedCall:
         self.chosen: tuple[str, ...] | None = None
         self._vector: Any = None
         self._rescored: dict[str, float] = {}
+        # The nearest entry refused because an exact slot differed: its cosine and that slot.
+        self._refused: tuple[float, str] | None = None
 
     # -- steps -------------------------------------------------------------------------------
 
@@ -249,6 +251,15 @@ class _CachedCall:
             return None
         self.info.corrupt_dropped += corrupt
         ruling = self.serving.rule(candidates, mode)
+        refused = self._refused
+        if (
+            ruling.candidate is None
+            and refused is not None
+            and self.serving.would_serve(refused[0], mode)
+        ):
+            # Close enough to be served but for an exact slot: the cost of that slot, counted
+            # (by the ledger) when the lookup ends a miss.
+            self.info.exact_refused = refused[1]
         if ruling.candidate is None:
             return None
         return self._serve(
@@ -296,7 +307,10 @@ class _CachedCall:
         )
         if self.policy.embed is not EmbedMode.KEYWORD or self.options.keywords is not None:
             return None
-        chosen = self.cache.choose_slots(self.stats_key, slots, self.exact)
+        chosen, partitions = self.cache.choose_slots(
+            self.stats_key, slots, self.exact, shared=not self.options.agent
+        )
+        self.exact |= partitions
         text = slot_text(slots, chosen)
         if not text:
             # The chosen slots are blank in this call: embedded by all its slots instead.
@@ -316,7 +330,13 @@ class _CachedCall:
         may not be served: an exact slot differs, or it was embedded under another choice of
         slots and cannot be re-scored under this one."""
         slots = self.options.slots or {}
-        if exact_mismatch(slots, self.exact, entry.slots):
+        differs = exact_differs(slots, self.exact, entry.slots) if self.exact else ""
+        if not differs and self.chosen and self.policy.detect_exact and self.policy.exact_times:
+            # The times and dates inside the embedded slots' values must match too.
+            differs = times_differ(slots, self.chosen, entry.slots)
+        if differs:
+            if self._refused is None or cosine > self._refused[0]:
+                self._refused = (cosine, differs)
             return None
         if entry.embedded_slots == self.chosen:
             return cosine

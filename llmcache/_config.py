@@ -57,9 +57,9 @@ class CategoryPolicy(BaseModel):
     and storage but still validates, retries and records the call (dialogue categories in the
     thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``pool_evidence``,
     ``twin_rate``, ``variety``, ``verifier``, ``verify_band``, ``verify_path``,
-    ``detect_exact`` and ``opposites_gate``: see :class:`CacheConfig`. ``validator`` and
-    ``fallback`` are the category's defaults for :class:`~llmcache.CacheOptions`' own (a
-    call's win).
+    ``detect_exact``, ``exact_times``, ``opposites_gate`` and ``guard``: see
+    :class:`CacheConfig`. ``validator`` and ``fallback`` are the category's defaults for
+    :class:`~llmcache.CacheOptions`' own (a call's win).
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -88,6 +88,7 @@ class CategoryPolicy(BaseModel):
     verify_path: VerifyPath | None = None
     detect_exact: bool | None = None
     opposites_gate: bool | None = None
+    exact_times: bool | None = None
 
 
 class CacheConfig(BaseModel):
@@ -150,6 +151,13 @@ class CacheConfig(BaseModel):
     only to a call with the very same value, since embeddings cannot tell such values apart.
     ``False`` leaves them to the embedding (categories may set their own).
 
+    ``exact_times`` does the same for the times and dates *inside* an embedded slot's value
+    (``[Monday February 13 -- 10:00 AM] Activity: Isabella is``): a cached answer is served
+    only when every such token of the call's slots matches the entry's, the rest of the value
+    being embedded as usual (with ``detect_exact`` only: turning that off leaves every time
+    to the embedding). On by default: an hourly schedule's hour decides its answer, and
+    prompts that merely carry the clock lose few hits by it (``docs/performance.md``).
+
     ``opposites_gate`` refuses a candidate that passed the threshold when its text means the
     opposite of the query's: they differ by a negation, by WordNet antonyms or by a number
     (:func:`~llmcache.verification.opposition`; ``entering``/``leaving``, ``happy``/``not
@@ -188,6 +196,7 @@ class CacheConfig(BaseModel):
     verify_band: float = Field(default=0.1, gt=0.0, le=1.0)
     verify_path: VerifyPath = "request"
     detect_exact: bool = True
+    exact_times: bool = True
     opposites_gate: bool = True
 
     @classmethod
@@ -321,6 +330,7 @@ class CacheConfig(BaseModel):
             verify_path=_first(options.verify_path, policy.verify_path, self.verify_path),
             detect_exact=_first(policy.detect_exact, self.detect_exact),
             opposites_gate=_first(policy.opposites_gate, self.opposites_gate),
+            exact_times=_first(policy.exact_times, self.exact_times),
         )
 
 
@@ -377,3 +387,4 @@ class ResolvedPolicy(BaseModel):
     verify_path: VerifyPath = "request"
     detect_exact: bool = True
     opposites_gate: bool = True
+    exact_times: bool = True

@@ -20,7 +20,11 @@ from pydantic import BaseModel, Field
 
 from ._config import Limits
 from ._protocols import CacheBackend
-from ._slots import embedded_from_counters
+from ._slots import (
+    embedded_from_counters,
+    partition_values_from_counters,
+    partitions_from_counters,
+)
 from ._types import CallInfo, Partition, Usage
 
 __all__ = [
@@ -84,6 +88,10 @@ class PriceTable(BaseModel):
     def cost(self, model: str, usage: Usage) -> float:
         price, _ = self.lookup(model)
         return price.cost(usage) if price else 0.0
+
+
+#: A table's counter of lookups refused because an exact slot differed: ``exact_refused:<slot>``.
+EXACT_REFUSED = "exact_refused:"
 
 
 def stats_key(partition: Partition) -> str:
@@ -289,6 +297,14 @@ class TableStats(BaseModel):
     # the table (every non-exact slot until one has), see llmcache/_slots.py. None: its calls
     # give their keywords, or are not templated.
     embedded_slots: tuple[str, ...] | None = None
+    # Its partitioning slots (see llmcache/_slots.py): exact, never embedded, each with how
+    # many distinct values it has held; and, per exact slot, the lookups that slot turned
+    # into a miss although the nearest entry was close enough to be served.
+    partition_slots: dict[str, int] = Field(default_factory=dict)
+    # Where no agent is given: the values of the slots that separate the table's callers (the
+    # agents' names), by slot.
+    partition_values: dict[str, list[str]] = Field(default_factory=dict)
+    exact_refused: dict[str, int] = Field(default_factory=dict)
 
     @property
     def hit_rate(self) -> float:
@@ -351,7 +367,14 @@ class TableStats(BaseModel):
             verify_tokens=int(c.get("vf_tokens", 0)),
             verify_usd=c.get("vf_usd", 0.0),
             varied=int(c.get("varied", 0)),
-            embedded_slots=embedded_from_counters(c),
+            embedded_slots=embedded_from_counters(c, shared=not agent),
+            partition_slots=partitions_from_counters(c, shared=not agent),
+            partition_values=partition_values_from_counters(c),
+            exact_refused={
+                k.removeprefix(EXACT_REFUSED): int(v)
+                for k, v in c.items()
+                if k.startswith(EXACT_REFUSED)
+            },
         )
 
 
@@ -458,10 +481,19 @@ class CacheStats(BaseModel):
         templated = [t for t in rows if t.embedded_slots is not None]
         if templated:
             # Only when templated calls chose their slots: which slots each table embeds.
-            lines.append(f"{'embedded slots':<26} {'agent':<16} slots (deciding first)")
+            lines.append(
+                f"{'embedded slots':<26} {'agent':<16} slots (deciding first); "
+                "partitioning slots (values); lookups refused by an exact slot"
+            )
             for t in templated:
+                # Where no agent is given, the partitioning slots name whose calls share it.
+                parts = ", ".join(f"{s} ({n})" for s, n in t.partition_slots.items()) or "-"
+                for s, values in t.partition_values.items():
+                    parts += f"; {s}: {', '.join(values)}"
+                refused = ", ".join(f"{s}: {n}" for s, n in t.exact_refused.items()) or "-"
                 lines.append(
-                    f"{t.category[:26]:<26} {t.agent[:16]:<16} {', '.join(t.embedded_slots or ())}"
+                    f"{t.category[:26]:<26} {t.agent[:16]:<16} "
+                    f"{', '.join(t.embedded_slots or ())}; {parts}; {refused}"
                 )
         if self.unrecognised:
             lines.append(
@@ -566,6 +598,9 @@ class Ledger:
                 "sd_twin_tokens": info.twin_tokens,
                 "sd_twin_usd": info.twin_usd,
             }
+        if info.outcome == "miss" and info.exact_refused:
+            # A lookup an exact slot turned into a miss: what that slot costs (see _slots.py).
+            delta[f"{EXACT_REFUSED}{info.exact_refused}"] = 1
         if info.outcome == "hit" and info.choices > 1:
             delta["varied"] = 1
         if info.audited:

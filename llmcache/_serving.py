@@ -193,6 +193,18 @@ class Serving:
             self._verify_later = best
         return _MISS
 
+    def would_serve(self, cosine: float, mode: Mode) -> bool:
+        """Whether a candidate at ``cosine`` is close enough to be served in ``mode`` by the
+        threshold in force (what a candidate ruled out before the ruling, by an exact slot,
+        would have needed: its cost is counted only where it was this close)."""
+        if mode is Mode.SERVE:
+            return True
+        budget = self.policy.wrong_hit_budget
+        if self.policy.guard == "audit" and budget is not None:
+            state = self.evidence.audit_state(budget, self.policy.threshold, samples=self.samples)
+            return state is not None and cosine >= state.threshold
+        return cosine >= self._threshold(budget)
+
     def _threshold(self, budget: float | None) -> float:
         """The threshold in force: the static one, or the one learned under a budget."""
         if budget is None:

@@ -12,6 +12,16 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
   ``3 to 5``): embeddings score ``09:00 AM`` and ``10:00 PM`` as near-identical
   (``docs/performance.md``), so a candidate whose value differs is never served, and exact
   slots are not embedded;
+- a slot's **role** is learned from the table's traffic (:func:`partitioning`): a slot of few
+  values, each recurring (an agent's name, its persona summary, a fixed list of places), tells
+  *whose* query it is, not *what* is asked, and is never embedded. In a table several agents
+  share (its calls name no agent: a prompt file recognised without an ``agent slot:`` note),
+  every slot partitions until it has shown 16 distinct values, and the partitioning slots
+  that separate the callers are exact (:func:`exact_partitions`), so one agent is never
+  served another's answer, not even in the table's first calls;
+- **times and dates inside** an embedded slot's value (``[Monday February 13 -- 10:00 AM]
+  Activity:``) must match too (``CacheConfig(exact_times=True)``, the default), the rest
+  being embedded;
 - of the other slots, those whose values have **varied** within the table are embedded; until
   the table has seen any vary (its first calls), all of them are;
 - in **deciding order**: shortest first, by the longest value the slot has held in the table
@@ -20,9 +30,14 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
 
 The table's slot profile is kept as counters of the table (both backends keep them, atomically
 across processes): per slot the least and greatest hash of its values (they differ once the slot
-has varied), the longest value, its position and whether it was exact. Every one of them keeps
-an extreme (``max_``/``min_`` counters), so adding them again is harmless and merging a re-read
-profile into one held in memory is idempotent.
+has varied), the longest value, its position and whether it was exact, and a distinct-value
+sketch: 64 hashed buckets, each a ``max_`` counter (HyperLogLog's registers: the filled buckets
+count the distinct values exactly while they are few, the registers estimate many). Every one
+of them keeps an extreme (``max_``/``min_`` counters), so adding them again is harmless and
+merging a re-read profile into one held in memory is idempotent. The table's call count
+(``slot_calls``) adds up in the backend and is merged in memory by max. Roles are read from
+these counters alone, so every process sharing a cache reaches the same choice from the same
+counters.
 
 A choice can change after entries were stored (a slot varies for the first time): an entry
 records its slot values and the slots its vector embeds, and one embedded under another choice
@@ -32,27 +47,64 @@ is re-scored, by embedding its slot text under the current choice, before it can
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+logger = logging.getLogger("llmcache")
+
 __all__ = [
     "SlotBook",
     "choose",
+    "distinct_estimate",
     "embedded_from_counters",
-    "exact_mismatch",
+    "exact_differs",
+    "exact_partitions",
     "exact_slot_names",
     "looks_exact",
     "observe",
+    "partition_values_from_counters",
+    "partitioning",
+    "partitions_from_counters",
     "slot_text",
+    "time_tokens",
+    "times_differ",
 ]
 
 _HASH = "slot_h:"
 _LEN = "max_slot_len:"
 _POS = "min_slot_pos:"
 _EXACT = "max_slot_exact:"
+# The distinct-value sketch (see _roles.__doc__ below): ``max_slot_v:<bucket>:<slot>`` is 1
+# once a value hashed into that bucket, and ``slot_calls`` counts the table's calls.
+_BUCKET = "max_slot_v:"
+_CALLS = "slot_calls"
+# ``max_slot_value:<slot>:<value>``: a value of a slot that separates a shared table's callers.
+_VALUE = "max_slot_value:"
+_NAMED_CHARS = 64
+
+#: Buckets of a slot's distinct-value sketch: a slot's distinct values are counted (up to
+#: collisions) by the buckets their hashes fill.
+BUCKETS = 64
+# The hash's bits left after the bucket (48 - 6), and HyperLogLog's constant for 64 registers.
+_REST_BITS = 42
+_HLL_ALPHA = 0.709
+#: Filled buckets a slot needs before it can be embedded in a table shared by several agents
+#: (no agent given): fewer distinct values can never fill them, so up to 15 agents sharing a
+#: table are never crossed, whatever the order of their calls.
+QUERY_DISTINCT = 16
+#: Calls after which a table that has an agent learns its partitioning slots.
+SETTLE_CALLS = 32
+#: A slot with fewer than QUERY_DISTINCT values is partitioning in an agent's table once its
+#: distinct values are at most this share of the table's calls (each value recurring).
+RECUR_RATIO = 0.25
+#: In a shared table, a slot with many values still partitions once they are this few per
+#: call (a population of more than 15 agents: each has called about ten times).
+POPULATION_RATIO = 0.1
 
 _TRAILING = ".!?;:,"
 
@@ -97,6 +149,37 @@ def looks_exact(value: str) -> bool:
     return bool(_HAS_TIME_OR_DATE.search(text) or _NUMERIC_RANGE.search(text))
 
 
+# The time and date tokens inside a longer value (numbers alone are not: a count, a score).
+_TIME_TOKEN = re.compile(
+    rf"\d{{4}}-\d{{1,2}}-\d{{1,2}}(?:[t ]\d{{1,2}}:\d{{2}}(?::\d{{2}})?)?"
+    rf"|\d{{1,2}}:\d{{2}}(?::\d{{2}})?(?:\s*[ap]\.?m\.?)?"
+    rf"|\b\d{{1,2}}\s*[ap]\.?m\.?(?![a-z])"
+    rf"|\b\d{{1,2}}/\d{{1,2}}/\d{{2,4}}\b"
+    rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?![a-z])",
+    re.IGNORECASE,
+)
+
+
+def time_tokens(value: str) -> tuple[str, ...]:
+    """The times and dates inside a value, in order, lower-cased with spaces and dots dropped
+    (``10:00 AM`` and ``10:00am`` are one time)."""
+    return tuple(re.sub(r"[\s.]", "", m.group()).lower() for m in _TIME_TOKEN.finditer(value))
+
+
+def times_differ(
+    slots: Mapping[str, str], names: Sequence[str], stored: Mapping[str, str] | None
+) -> str:
+    """The first of ``names`` whose times and dates differ between the call's value and a
+    stored entry's (an entry without slot values: the first with any); ``""`` when none does."""
+    for name in names:
+        mine = time_tokens(slots.get(name, ""))
+        theirs = time_tokens(stored.get(name, "")) if stored is not None else ()
+        if mine != theirs and (stored is not None or mine):
+            return name
+    return ""
+
+
 def exact_slot_names(
     slots: Mapping[str, str], declared: Sequence[str] | None, *, detect: bool
 ) -> frozenset[str]:
@@ -107,16 +190,15 @@ def exact_slot_names(
     return frozenset(names)
 
 
-def exact_mismatch(
+def exact_differs(
     slots: Mapping[str, str], exact: frozenset[str], stored: Mapping[str, str] | None
-) -> bool:
-    """Whether a stored entry's slot values differ from the call's on an exact slot (an entry
-    that kept no slot values cannot show that they match)."""
-    if not exact:
-        return False
-    if stored is None:
-        return True
-    return any(stored.get(name, "").strip() != slots[name].strip() for name in exact)
+) -> str:
+    """The first exact slot (in name order) whose stored value differs from the call's (any
+    exact slot when the entry kept no slot values); ``""`` when none does."""
+    for name in sorted(exact):
+        if stored is None or stored.get(name, "").strip() != slots[name].strip():
+            return name
+    return ""
 
 
 def _value_hash(value: str) -> float:
@@ -135,7 +217,77 @@ def observe(slots: Mapping[str, str], exact: frozenset[str]) -> dict[str, float]
         delta[f"{_LEN}{name}"] = float(len(value.strip()))
         delta[f"{_POS}{name}"] = float(position)
         delta[f"{_EXACT}{name}"] = float(name in exact)
+        bucket, rest = int(h) % BUCKETS, int(h) // BUCKETS
+        # HyperLogLog's register: the rank of the first 1-bit of the hash's other 42 bits.
+        delta[f"{_BUCKET}{bucket}:{name}"] = float(_REST_BITS - rest.bit_length() + 1)
     return delta
+
+
+def _filled(profile: Mapping[str, float], name: str) -> int:
+    return sum(1 for j in range(BUCKETS) if f"{_BUCKET}{j}:{name}" in profile)
+
+
+def distinct_estimate(profile: Mapping[str, float], name: str) -> float:
+    """How many distinct values a slot has held in the table, from its sketch: HyperLogLog
+    over 64 registers (about 13% error), by linear counting while few registers are set
+    (exact while few values share no bucket)."""
+    registers = [profile.get(f"{_BUCKET}{j}:{name}", 0.0) for j in range(BUCKETS)]
+    empty = sum(1 for r in registers if r == 0.0)
+    raw = _HLL_ALPHA * BUCKETS * BUCKETS / sum(math.pow(2.0, -r) for r in registers)
+    if raw <= 2.5 * BUCKETS and empty:
+        return BUCKETS * math.log(BUCKETS / empty)
+    return raw
+
+
+def partitioning(
+    profile: Mapping[str, float], names: Sequence[str], *, shared: bool
+) -> frozenset[str]:
+    """The slots that tell *whose* query a call is rather than *what* it asks: few values,
+    each recurring (an agent's name, its persona summary, a fixed list of places). They are
+    never embedded; those that separate agents are exact too (:func:`exact_partitions`).
+
+    In a ``shared`` table (its calls name no agent: a prompt recognised without an agent
+    slot) a slot is partitioning until it has shown it keeps taking new values: at least
+    ``QUERY_DISTINCT`` filled buckets, and more than ``POPULATION_RATIO`` distinct values per
+    call. So the first calls of a shared table are served only on exact repeats, and one
+    agent is never served another's answer. In an agent's own table no agent can be crossed,
+    so a slot that varied is embedded at once (as before), and becomes partitioning only
+    once the table has ``SETTLE_CALLS`` calls and the slot has shown few values, each
+    recurring (at most ``RECUR_RATIO`` of the calls)."""
+    calls = profile.get(_CALLS, 0.0)
+    found = set()
+    for name in names:
+        filled = _filled(profile, name)
+        if filled == 0:
+            continue  # a profile without a sketch (written before it existed): no role learned
+        estimate = distinct_estimate(profile, name)
+        few = filled < QUERY_DISTINCT
+        if shared:
+            if few or (calls and estimate < POPULATION_RATIO * calls):
+                found.add(name)
+        elif calls >= SETTLE_CALLS and few and estimate <= RECUR_RATIO * calls:
+            found.add(name)
+    return frozenset(found)
+
+
+def exact_partitions(
+    profile: Mapping[str, float], parts: frozenset[str], *, shared: bool
+) -> frozenset[str]:
+    """Of a table's partitioning slots, those a candidate must match exactly; the others are
+    context: neither embedded nor matched (a persona summary that changes over the day).
+
+    Only a ``shared`` table needs any: an agent's own table cannot cross agents. In a shared
+    table, the slots of few values (fewer than ``QUERY_DISTINCT``: an agent's name) are exact;
+    a slot of many values that partitions by their recurrence alone (each agent's successive
+    personas) is context when a slot of few values, with more than one, already separates
+    the callers, and exact otherwise (a population of more than 15 agents: every
+    partitioning slot is exact)."""
+    if not shared:
+        return frozenset()
+    few = frozenset(name for name in parts if _filled(profile, name) < QUERY_DISTINCT)
+    if any(_filled(profile, name) > 1 for name in few):
+        return few
+    return parts
 
 
 def _varied(profile: Mapping[str, float], name: str) -> bool:
@@ -168,15 +320,46 @@ def slot_text(slots: Mapping[str, str], chosen: Sequence[str]) -> str | None:
     return " ".join(v for v in values if v)
 
 
-def embedded_from_counters(counters: Mapping[str, float]) -> tuple[str, ...] | None:
-    """The slots a table embeds now, from its counters (``None``: it chooses none)."""
+def _names(counters: Mapping[str, float]) -> list[str]:
     prefix = f"max_{_HASH}"
     names = [name[len(prefix) :] for name in counters if name.startswith(prefix)]
+    names.sort(key=lambda name: counters.get(f"{_POS}{name}", 0.0))
+    return names
+
+
+def embedded_from_counters(
+    counters: Mapping[str, float], *, shared: bool = False
+) -> tuple[str, ...] | None:
+    """The slots a table embeds now, from its counters (``None``: it chooses none);
+    ``shared``: the table's calls name no agent (see :func:`partitioning`)."""
+    names = _names(counters)
     if not names:
         return None
-    names.sort(key=lambda name: counters.get(f"{_POS}{name}", 0.0))
     exact = frozenset(name for name in names if counters.get(f"{_EXACT}{name}", 0.0))
-    return choose(counters, names, exact)
+    return choose(counters, names, exact | partitioning(counters, names, shared=shared))
+
+
+def partition_values_from_counters(counters: Mapping[str, float]) -> dict[str, list[str]]:
+    """The values of the slots that separated a shared table's callers (its agents' names,
+    where no agent slot is declared), by slot."""
+    found: dict[str, list[str]] = {}
+    for key in counters:
+        if key.startswith(_VALUE):
+            name, _, value = key[len(_VALUE) :].partition(":")
+            found.setdefault(name, []).append(value)
+    return {name: sorted(values) for name, values in sorted(found.items())}
+
+
+def partitions_from_counters(
+    counters: Mapping[str, float], *, shared: bool = False
+) -> dict[str, int]:
+    """A table's partitioning slots (see :func:`partitioning`), each with how many distinct
+    values it has held (estimated from its sketch)."""
+    names = _names(counters)
+    return {
+        name: round(distinct_estimate(counters, name))
+        for name in sorted(partitioning(counters, names, shared=shared))
+    }
 
 
 class SlotBook:
@@ -197,6 +380,7 @@ class SlotBook:
         self._lock = threading.Lock()
         self._profiles: dict[str, dict[str, float]] = {}
         self._read_at: float | None = None
+        self._warned: set[str] = set()
 
     def _refresh(self) -> None:
         now = time.monotonic()
@@ -210,12 +394,21 @@ class SlotBook:
             # table embeds every slot a little longer.
             return
         for key, table in counters.items():
-            names = [n for n in table if n.startswith(("max_slot", "min_slot"))]
+            names = [n for n in table if n.startswith(("max_slot", "min_slot", _CALLS))]
             if names:
                 _merge(self._profiles.setdefault(key, {}), {n: table[n] for n in names})
 
-    def choose(self, key: str, slots: Mapping[str, str], exact: frozenset[str]) -> tuple[str, ...]:
-        """Take a call's slot values into its table's profile, then choose its slots."""
+    def choose(
+        self,
+        key: str,
+        slots: Mapping[str, str],
+        exact: frozenset[str],
+        *,
+        shared: bool = False,
+    ) -> tuple[tuple[str, ...], frozenset[str]]:
+        """Take a call's slot values into its table's profile, then choose its slots: those
+        to embed, and the partitioning ones to match exactly (:func:`exact_partitions`);
+        ``shared``: the call names no agent (see :func:`partitioning`)."""
         delta = observe(slots, exact)
         with self._lock:
             self._refresh()
@@ -224,13 +417,52 @@ class SlotBook:
                 n: v for n, v in delta.items() if _merged(n, profile.get(n), v) != profile.get(n)
             }
             _merge(profile, changed)
-            chosen = choose(profile, list(slots), exact)
-        if changed:
-            self._add(key, changed)
-        return chosen
+            # The calls add up (not an extreme): counted here, merged with a re-read by max.
+            profile[_CALLS] = profile.get(_CALLS, 0.0) + 1.0
+            names = list(slots)
+            parts = partitioning(profile, names, shared=shared)
+            chosen = choose(profile, names, exact | parts)
+            matched = exact_partitions(profile, parts, shared=shared)
+            # Where no agent is named, the values of the slots that separate the callers name
+            # them in the stats (short values only: a name, not a persona).
+            named = {
+                f"{_VALUE}{name}:{slots[name].strip()}": 1.0
+                for name in matched
+                if shared and len(slots[name].strip()) <= _NAMED_CHARS
+            }
+            named = {n: v for n, v in named.items() if n not in profile}
+            profile.update(named)
+            changed.update(named)
+            # Said once the roles are told apart (some slot keeps taking new values), so that
+            # it names the slots that partition, not every slot of a table's first calls.
+            warn = (
+                shared
+                and key not in self._warned
+                and len(parts) < len(names)
+                and _several(profile, exact_partitions(profile, parts, shared=shared))
+            )
+            if warn:
+                self._warned.add(key)
+        self._add(key, {**changed, _CALLS: 1.0})
+        if warn:
+            logger.warning(
+                "table %s: recognised calls with several values of slot(s) %s share one table "
+                "(their template names no agent slot); each value is kept apart as an exact "
+                "slot, never embedded. Name the agent's slot (an 'agent slot:' note) to give "
+                "each its own table",
+                key,
+                ", ".join(sorted(n for n in matched if _filled(profile, n) > 1)),
+            )
+        return chosen, matched
+
+
+def _several(profile: Mapping[str, float], parts: frozenset[str]) -> bool:
+    return any(_filled(profile, name) > 1 for name in parts)
 
 
 def _merged(name: str, old: float | None, new: float) -> float:
+    # Every counter of the profile keeps an extreme in memory; the call count, a sum in the
+    # backend, is merged by max with a re-read too (the greater count has seen more calls).
     if old is None:
         return new
     return min(old, new) if name.startswith("min_") else max(old, new)

@@ -626,6 +626,57 @@ def test_requests_without_options_are_recognised_from_a_template_folder(tmp_path
         make_app(tmp_path, templates=tmp_path / "missing")
 
 
+PARK_AS_PUBLISHED = """Variables:
+!<INPUT 0>! -- Persona name
+!<INPUT 1>! -- Persona's identity stable set
+!<INPUT 2>! -- Persona name
+!<INPUT 3>! -- Event description
+<commentblockmarker>###</commentblockmarker>
+Here is a brief description of !<INPUT 0>!.
+!<INPUT 1>!
+
+Rate the likely poignancy of the following event for !<INPUT 2>!.
+
+Event: !<INPUT 3>!
+Rate (return a number between 1 to 10):"""
+
+
+def test_several_agents_recognised_without_an_agent_slot_are_never_crossed(
+    tmp_path: Path,
+) -> None:
+    """A prompt file as published (no agent slot note): every agent's calls share one table,
+    whose name and persona slots partition it."""
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    (folder / "poignancy.txt").write_text(PARK_AS_PUBLISHED, encoding="utf-8")
+    template = PromptTemplate.from_file(folder / "poignancy.txt")
+    agents = ["Liam Oliver", "Mary Oliver", "Ethan Wilson"]
+    events = [f"the {w} is {s}" for w in ("stove", "kettle", "radio") for s in ("on", "off")]
+    with proxied(tmp_path, templates=folder) as (http, _):
+        tables = set()
+        for round_ in range(2):
+            for event in events:
+                for agent in agents:
+                    persona = f"{agent} lives in town.\n{agent} keeps a garden."
+                    prompt = template.fill(agent, persona, agent, event)
+                    reply = chat(http, messages=prompt.messages)
+                    assert reply.status_code == 200
+                    content = reply.json()["choices"][0]["message"]["content"]
+                    # Never another agent's answer, nor another event's.
+                    assert content == FakeUpstream.answer_to(prompt.text)
+                    assert outcome(reply.headers) == ("hit" if round_ else "miss")
+                    tables.add(reply.headers["x-llmcache-table"])
+        assert len(tables) == 1
+        metrics = http.get("/metrics", headers=AUTH).text
+    values = {
+        sample.labels["slot"]: sample.value
+        for family in text_string_to_metric_families(metrics)
+        if family.name == "llmcache_partition_slot_values"
+        for sample in family.samples
+    }
+    assert values["0"] == 3 and values["1"] == 3 and values["2"] == 3
+
+
 # -- concurrency and metrics, in-process ---------------------------------------------------------
 
 

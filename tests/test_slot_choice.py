@@ -77,7 +77,9 @@ def test_choice_is_every_slot_until_one_varies_then_the_varied_ones_shortest_fir
     second = {**first, "event": "a customer orders coffee"}
     for name, value in observe(second, frozenset()).items():
         profile[name] = (
-            min(profile[name], value) if name.startswith("min_") else max(profile[name], value)
+            min(profile.get(name, value), value)
+            if name.startswith("min_")
+            else max(profile.get(name, value), value)
         )
     assert choose(profile, list(first), frozenset()) == ("event",)
     # An exact slot is never embedded, varied or not.

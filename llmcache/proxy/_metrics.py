@@ -9,8 +9,9 @@ Two kinds of figure:
   was made): lookups, hits, misses, tokens and dollars spent and avoided per category, evictions,
   entries and bytes, and per table under a wrong-hit budget its threshold in force and the
   budget's estimates (wrong-hit rate, the model's self-disagreement, the excess the budget bounds,
-  with the upper ends of their 95% intervals), and per table the candidates the opposites gate
-  refused.
+  with the upper ends of their 95% intervals), per table the candidates the opposites gate
+  refused, and per templated table the lookups each exact slot refused and the distinct
+  values of its partitioning slots.
 """
 
 from __future__ import annotations
@@ -137,6 +138,30 @@ def _budget_gauges(tables: list[TableStats]) -> Iterator[Metric]:
     yield from gauges.values()
 
 
+def _slot_figures(tables: list[TableStats]) -> Iterator[Metric]:
+    """Per templated table: the lookups each exact slot refused (what it costs), and the
+    distinct values of each partitioning slot (see llmcache/_slots.py)."""
+    labels = [*_TABLE, "slot"]
+    refused = CounterMetricFamily(
+        "llmcache_exact_refused",
+        "Lookups an exact slot turned into a miss although the nearest entry was close enough",
+        labels=labels,
+    )
+    parts = GaugeMetricFamily(
+        "llmcache_partition_slot_values",
+        "Distinct values of a table's partitioning slot (exact, never embedded)",
+        labels=labels,
+    )
+    for t in tables:
+        where = [t.category, t.agent, t.model, t.key]
+        for slot, n in sorted(t.exact_refused.items()):
+            refused.add_metric([*where, slot], float(n))
+        for slot, n in sorted(t.partition_slots.items()):
+            parts.add_metric([*where, slot], float(n))
+    yield refused
+    yield parts
+
+
 class _CacheCollector(Collector):
     """Reads the cache's counters at each scrape (see the module's docstring)."""
 
@@ -170,6 +195,7 @@ class _CacheCollector(Collector):
             if t.refused_opposites:
                 refused.add_metric([t.category, t.agent, t.model, t.key], t.refused_opposites)
         yield refused
+        yield from _slot_figures(stats.tables)
 
 
 class ProxyMetrics:
