@@ -166,8 +166,10 @@ def test_times_inside_a_value_must_match_unless_turned_off(tmp_path: Path) -> No
     text = "Schedule so far:\n!<INPUT 0>!\nWhat next?"
     hour = "[Monday February 13 -- {} AM] Activity: Isabella is"
     for exact_times, served in ((True, False), (False, True)):
+        # The opposites gate off: it refuses another number too (09 against 10), which is
+        # the gate's own test; here the times rule alone decides.
         cache = SemanticCache(tmp_path / str(exact_times), embedder=HashEmbedder()).with_config(
-            threshold=0.5, exact_times=exact_times
+            threshold=0.5, exact_times=exact_times, opposites_gate=False
         )
         llm = CachedLLM(FakeOpenAI(lambda r: "x"), cache=cache, templates=[_template(text)])
         for value in (hour.format("09:00"), hour.format("10:00")):
