@@ -35,9 +35,13 @@ import openai
 from numpy.typing import NDArray
 from pydantic import BaseModel, Field, model_validator
 
-from ._results import JudgeReliability
+from ._results import JudgeReliability, PairShare
+from ._stats import wilson_interval
 
 __all__ = [
+    "RANDOM_LABEL",
+    "REFERENCE_NAME",
+    "TRUE_LABEL",
     "Judge",
     "JudgeCandidate",
     "JudgeQuery",
@@ -45,12 +49,17 @@ __all__ = [
     "LLMJudge",
     "ReferenceJudge",
     "TextEmbedder",
+    "pair_share",
     "pairwise_agreement",
     "ranking_prompt",
     "reliability",
 ]
 
 TRUE_LABEL = "true"
+# The candidate drawn at random from the query's own table (the direct comparison has one):
+# the true answer against it is the judge's test against chance.
+RANDOM_LABEL = "random"
+REFERENCE_NAME = "reference"
 
 
 class JudgeCandidate(BaseModel):
@@ -97,6 +106,11 @@ class Judgement(BaseModel):
     # Labels without a candidate: their last place is given, not judged, so comparisons of
     # judges leave them out.
     empty: list[str] = Field(default_factory=list)
+    # Single-order reversal check: candidate pairs one presentation and its exact reverse
+    # both ordered, and how many of them they ordered the same way (a tie in either order
+    # counts half). 0 pairs when no reversed presentation was obtained.
+    reversal_pairs: int = 0
+    reversal_same: float = 0.0
 
 
 @runtime_checkable
@@ -392,12 +406,19 @@ class LLMJudge:
             )
         obtained: list[list[str]] = []
         error = ""
-        for order in self.presentation_orders(query):
+        first_two: list[list[str] | None] = []
+        for i, order in enumerate(self.presentation_orders(query)):
             ranked, err = self._rank_once(query, order)
+            if i < 2:
+                first_two.append(ranked)
             if ranked is None:
                 error = err
             else:
                 obtained.append(ranked)
+        reversal_pairs, reversal_same = 0, 0.0
+        if len(first_two) == 2 and first_two[0] is not None and first_two[1] is not None:
+            # Presentation 2 is presentation 1 reversed: the single-order reversal check.
+            reversal_same, reversal_pairs = _order_counts(first_two[0], first_two[1])
         if not obtained:
             return Judgement(
                 query_id=query.query_id,
@@ -420,7 +441,18 @@ class LLMJudge:
             presentations=obtained,
             agreement=_presentation_agreement(obtained) if len(obtained) > 1 else None,
             empty=empty,
+            reversal_pairs=reversal_pairs,
+            reversal_same=reversal_same,
         )
+
+
+def _order_counts(a: Sequence[str], b: Sequence[str]) -> tuple[float, int]:
+    """Pairs of labels two strict orders (best first) order the same way, and all pairs."""
+    pos_a = {label: i for i, label in enumerate(a)}
+    pos_b = {label: i for i, label in enumerate(b)}
+    pairs = list(itertools.combinations([x for x in a if x in pos_b], 2))
+    same = sum(1 for x, y in pairs if (pos_a[x] < pos_a[y]) == (pos_b[x] < pos_b[y]))
+    return float(same), len(pairs)
 
 
 def _presentation_agreement(orders: Sequence[Sequence[str]]) -> float | None:
@@ -505,7 +537,7 @@ class ReferenceJudge:
     e.g. llmcache's ``MiniLMEmbedder``.
     """
 
-    def __init__(self, embedder: TextEmbedder, *, name: str = "reference") -> None:
+    def __init__(self, embedder: TextEmbedder, *, name: str = REFERENCE_NAME) -> None:
         self._embedder = embedder
         self._name = name
 
@@ -556,13 +588,8 @@ class ReferenceJudge:
 # --------------------------------------------------------------------------- reliability
 
 
-def pairwise_agreement(a: Judgement, b: Judgement) -> float | None:
-    """Fraction of label pairs the two judgements order the same way.
-
-    Only labels ranked in both count, minus the empty ones (their last place is given, so
-    every judge "agrees" on them); a pair tied in either judgement is left out. None when no
-    pair is left (e.g. either judgement failed).
-    """
+def _agreement_counts(a: Judgement, b: Judgement) -> tuple[int, int]:
+    """Label pairs the two judgements order the same way, and the pairs compared."""
     skip = set(a.empty) | set(b.empty)
     labels = [x for x in a.ranks if x in b.ranks and x not in skip]
     same = total = 0
@@ -572,7 +599,44 @@ def pairwise_agreement(a: Judgement, b: Judgement) -> float | None:
             continue
         total += 1
         same += (da < 0) == (db < 0)
+    return same, total
+
+
+def pairwise_agreement(a: Judgement, b: Judgement) -> float | None:
+    """Fraction of label pairs the two judgements order the same way.
+
+    Only labels ranked in both count, minus the empty ones (their last place is given, so
+    every judge "agrees" on them); a pair tied in either judgement is left out. None when no
+    pair is left (e.g. either judgement failed).
+    """
+    same, total = _agreement_counts(a, b)
     return same / total if total else None
+
+
+def pair_share(score: float, pairs: int) -> PairShare:
+    """``score`` of ``pairs`` (a tie counted half) with its 95% Wilson interval."""
+    low, high = wilson_interval(score, pairs)
+    return PairShare(
+        score=score, pairs=pairs, rate=score / pairs if pairs else None, low=low, high=high
+    )
+
+
+def _true_over_random(judgements: Iterable[Judgement]) -> PairShare | None:
+    """How often the true answer ranks above the random same-table one (a tie counts half).
+
+    Only judgements that show both (neither empty) count; None when no judgement has a
+    random candidate, so a result without one says "not measured" rather than 0 of 0.
+    """
+    score, pairs = 0.0, 0
+    for j in judgements:
+        if TRUE_LABEL not in j.ranks or RANDOM_LABEL not in j.ranks:
+            continue
+        if TRUE_LABEL in j.empty or RANDOM_LABEL in j.empty:
+            continue
+        pairs += 1
+        t, r = j.ranks[TRUE_LABEL], j.ranks[RANDOM_LABEL]
+        score += 1.0 if t < r else 0.5 if t == r else 0.0
+    return pair_share(score, pairs) if pairs else None
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -596,10 +660,20 @@ def reliability(
       strictly first (a tie for first does not count: a judge that ties everything must not
       look like it always finds the truth).
 
+    Judge quality, each with its 95% Wilson interval (:class:`PairShare`):
+
+    - ``reversal``: over the judgements with a reversed presentation, the candidate pairs the
+      two single orders rank the same way (None for a judge that never presents twice).
+    - ``true_over_random``: the judgements with both a "true" and a "random" candidate, in
+      which "true" ranks above "random" (a tie counts half; None when none has both).
+    - ``reference_agreement``: pairs ordered as the judge named "reference" in ``other``
+      orders them, pooled over queries (ties left out; None without that judge).
+
     Failed judgements are skipped everywhere.
     """
     ok = [j for j in judgements if not j.failed]
     agreement_with: dict[str, float] = {}
+    reference_agreement: PairShare | None = None
     for name, theirs in (other or {}).items():
         by_query: dict[str, list[Judgement]] = defaultdict(list)
         for j in theirs:
@@ -607,15 +681,22 @@ def reliability(
                 by_query[j.query_id].append(j)
         seen: dict[str, int] = defaultdict(int)
         values: list[float | None] = []
+        same_all = total_all = 0
         for j in ok:
             k = seen[j.query_id]
             seen[j.query_id] += 1
             matches = by_query.get(j.query_id, [])
             if k < len(matches):
-                values.append(pairwise_agreement(j, matches[k]))
+                same, total = _agreement_counts(j, matches[k])
+                values.append(same / total if total else None)
+                same_all += same
+                total_all += total
         mean = _mean(values)
         if mean is not None:
             agreement_with[name] = mean
+        if name == REFERENCE_NAME and total_all:
+            reference_agreement = pair_share(float(same_all), total_all)
+    rev_pairs = sum(j.reversal_pairs for j in ok)
     true_ranks = [
         (
             j.ranks[TRUE_LABEL],
@@ -632,4 +713,7 @@ def reliability(
         true_first_rate=fmean(1.0 if first else 0.0 for _, first in true_ranks)
         if true_ranks
         else None,
+        reversal=pair_share(sum(j.reversal_same for j in ok), rev_pairs) if rev_pairs else None,
+        true_over_random=_true_over_random(ok),
+        reference_agreement=reference_agreement,
     )

@@ -27,6 +27,7 @@ from experiments._reproduce import EXPERIMENTS, Study, reproduce
 from experiments._results import (
     BudgetResult,
     CollectResult,
+    CompareResult,
     CostResult,
     QualityResult,
     load_result,
@@ -173,6 +174,19 @@ def test_the_pairwise_judge_asks_the_superior_model(study_dir: Path, stand_in: _
     quality = load_result(QualityResult, study_dir / "quality.json")
     assert set(quality.reliability) == {"pairwise (scripted-superior)"}
     assert "pairwise (scripted-superior)" in (study_dir / "report.md").read_text()
+
+
+def test_every_judge_is_measured_against_chance(study_dir: Path) -> None:
+    # The scripted judges rank in the order shown: position alone, so never above chance.
+    quality = load_result(QualityResult, study_dir / "quality.json")
+    pairwise = quality.reliability["pairwise (scripted-superior)"]
+    assert pairwise.true_over_random is not None and pairwise.true_over_random.pairs > 0
+    assert pairwise.reversal is not None and pairwise.reversal.rate == 0.0
+    assert pairwise.verdict == "at chance"
+    compare = load_result(CompareResult, study_dir / "compare.json")
+    assert compare.reliability["reference"].verdict != "not measured"
+    text = (study_dir / "report.md").read_text()
+    assert "not a finding: the judge is at chance" in text
 
 
 def test_cost_replay_goes_through_cachedllm(study_dir: Path) -> None:
