@@ -199,6 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         "--judge-model",
         help="the LLM judges' model (default: the profile's tier on the study's own LLM)",
     )
+    parser.add_argument(
+        "--judge-protocol",
+        choices=["rank", "pairwise"],
+        default="rank",
+        help="rank: all candidates at once, in a seeded order and its reverse (default); "
+        "pairwise: two at a time, both orders, the model's A/B odds where logprobs are served",
+    )
     args = parser.parse_args(argv)
     if args.judge_base_url and not args.judge_model:
         parser.error("--judge-base-url needs --judge-model")
@@ -214,7 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or f"results/{profile.name}")
     out.mkdir(parents=True, exist_ok=True)
     runs = Path(args.runs) if args.runs else None
-    study = Study(profile, out, progress=not args.quiet, force=args.force, runs=runs, judge=judge)
+    study = Study(
+        profile,
+        out,
+        progress=not args.quiet,
+        force=args.force,
+        runs=runs,
+        judge=judge,
+        judge_protocol=args.judge_protocol,
+    )
     started = time.perf_counter()
     # Recorded in study.json and the report: a URL's user info or query could hold a secret.
     given = sys.argv[1:] if argv is None else argv

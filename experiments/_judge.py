@@ -49,10 +49,14 @@ __all__ = [
     "LLMJudge",
     "ReferenceJudge",
     "TextEmbedder",
+    "fractional_ranks",
     "pair_share",
     "pairwise_agreement",
     "ranking_prompt",
     "reliability",
+    "score_tiers",
+    "split_candidates",
+    "truncate_text",
 ]
 
 TRUE_LABEL = "true"
@@ -135,7 +139,7 @@ class TextEmbedder(Protocol):
 # --------------------------------------------------------------------------- shared helpers
 
 
-def _fractional_ranks(order: Sequence[Sequence[str]]) -> dict[str, float]:
+def fractional_ranks(order: Sequence[Sequence[str]]) -> dict[str, float]:
     """Ranks of tiers given best first: a tier of ``k`` labels after ``p`` labels gets the
     mean of positions ``p+1 .. p+k``, so rank sums stay ``n(n+1)/2`` whatever ties there are."""
     ranks: dict[str, float] = {}
@@ -150,7 +154,7 @@ def _fractional_ranks(order: Sequence[Sequence[str]]) -> dict[str, float]:
     return ranks
 
 
-def _tiers(scores: dict[str, float]) -> list[list[str]]:
+def score_tiers(scores: dict[str, float]) -> list[list[str]]:
     """Group labels of equal score, highest first; within a tier, the input order is kept."""
     by_score: dict[float, list[str]] = defaultdict(list)
     for label, score in scores.items():
@@ -158,7 +162,7 @@ def _tiers(scores: dict[str, float]) -> list[list[str]]:
     return [by_score[s] for s in sorted(by_score, reverse=True)]
 
 
-def _split(query: JudgeQuery) -> tuple[list[JudgeCandidate], list[str]]:
+def split_candidates(query: JudgeQuery) -> tuple[list[JudgeCandidate], list[str]]:
     present = [c for c in query.candidates if c.text is not None]
     empty = [c.label for c in query.candidates if c.text is None]
     return present, empty
@@ -170,7 +174,7 @@ _DEFAULT_MAX_CHARS = 1200
 _FEEDBACK_CHARS = 200  # of an invalid answer echoed back on a retry
 
 
-def _truncate(text: str, max_chars: int) -> str:
+def truncate_text(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return text[:max_chars].rstrip() + " […]"
@@ -184,7 +188,7 @@ def ranking_prompt(prompt: str, responses: Sequence[str], *, max_chars: int = 12
     """
     n = len(responses)
     blocks = "\n\n".join(
-        f"Response {i}: {_truncate(text, max_chars)}" for i, text in enumerate(responses, 1)
+        f"Response {i}: {truncate_text(text, max_chars)}" for i, text in enumerate(responses, 1)
     )
     # The example is a fixed rotation (n, 1, 2, ...), never the identity: an example that
     # reads "1, 2, 3" would invite the model to copy the presented order.
@@ -392,14 +396,14 @@ class LLMJudge:
         return None, error
 
     def judge(self, query: JudgeQuery) -> Judgement:
-        present, empty = _split(query)
+        present, empty = split_candidates(query)
         if len(present) <= 1:
             labels = [c.label for c in present]
             return Judgement(
                 query_id=query.query_id,
                 group=query.group,
                 judge=self.name,
-                ranks=_fractional_ranks([labels, empty]),
+                ranks=fractional_ranks([labels, empty]),
                 presentations=[labels] if labels else [],
                 agreement=None,
                 empty=empty,
@@ -550,7 +554,7 @@ class ReferenceJudge:
 
     def scores(self, query: JudgeQuery) -> dict[str, float]:
         """Each non-empty candidate's closeness to the truth, in [0, 1]."""
-        present, _ = _split(query)
+        present, _ = split_candidates(query)
         parts = {c.label: _parts(query.truth, c.text or "") for c in present}
         texts = sorted({t for ps in parts.values() for p in ps if isinstance(p, tuple) for t in p})
         # One embed call per query: batching is what makes a local embedder fast.
@@ -572,13 +576,13 @@ class ReferenceJudge:
         }
 
     def judge(self, query: JudgeQuery) -> Judgement:
-        _, empty = _split(query)
-        tiers = _tiers(self.scores(query))
+        _, empty = split_candidates(query)
+        tiers = score_tiers(self.scores(query))
         return Judgement(
             query_id=query.query_id,
             group=query.group,
             judge=self.name,
-            ranks=_fractional_ranks([*tiers, empty]),
+            ranks=fractional_ranks([*tiers, empty]),
             presentations=[[label for tier in tiers for label in tier]],
             agreement=None,
             empty=empty,

@@ -24,6 +24,7 @@ from ._data import MODES, EmbeddingStore, Prompt, load_run
 from ._judge import Judge, LLMJudge, ReferenceJudge
 from ._judge_endpoint import JudgeEndpoint
 from ._judged import compare, correlation
+from ._pairwise_judge import PairwiseJudge
 from ._profiles import Profile
 from ._quality import quality, text_agreements
 from ._results import (
@@ -66,6 +67,10 @@ class Study:
     # Where the LLM judges are asked, when not the study's own connection on the profile's
     # tier (``--judge-base-url`` / ``--judge-model``).
     judge: JudgeEndpoint | None = None
+    # How the LLM judges ask: "rank" (all candidates at once, in a seeded order and its
+    # reverse: the measured default) or "pairwise" (two at a time, both orders, the model's
+    # odds for A/B where the server gives logprobs; :class:`PairwiseJudge`).
+    judge_protocol: str = "rank"
     # An open connection to use instead of the configured backend (tests pass a stand-in).
     _conn: LLMConnection | None = None
     _runs: dict[int, list[Prompt]] = field(default_factory=dict)
@@ -228,15 +233,17 @@ class Study:
         summaries = [dataset_paths(self.data, n)[1] for n in self.table_runs]
         return observed_actors(sat, summaries)
 
+    def _llm_judge(self, model: str, *, shuffles: int, name: str | None = None) -> Judge:
+        if self.judge_protocol == "pairwise":
+            return PairwiseJudge(self.judge_client, model=model, seed=self.profile.seed, name=name)
+        return LLMJudge(
+            self.judge_client, model=model, shuffles=shuffles, seed=self.profile.seed, name=name
+        )
+
     def _judges(self) -> list[Judge]:
         return [
             ReferenceJudge(self.embedder),
-            LLMJudge(
-                self.judge_client,
-                model=self.judge_model,
-                shuffles=self.profile.judge_shuffles,
-                seed=self.profile.seed,
-            ),
+            self._llm_judge(self.judge_model, shuffles=self.profile.judge_shuffles),
         ]
 
     def _adapter(self) -> Adapter:
@@ -322,13 +329,7 @@ class Study:
                 self.store,
                 adapter,
                 # Cached vs true, each pair in both orders: disagreement is a tie.
-                LLMJudge(
-                    self.judge_client,
-                    model=pairwise,
-                    shuffles=2,
-                    seed=self.profile.seed,
-                    name=f"pairwise ({pairwise})",
-                ),
+                self._llm_judge(pairwise, shuffles=2, name=f"pairwise ({pairwise})"),
                 llm_judge_queries=self.profile.llm_judge_queries,
                 seed=self.profile.seed,
                 progress=bar.update,
