@@ -170,7 +170,8 @@ class PairwiseJudge:
                 return p
         return None
 
-    def _orders(self, query: JudgeQuery, x: str, y: str) -> list[tuple[str, str]]:
+    def presentation_orders(self, query: JudgeQuery, x: str, y: str) -> list[tuple[str, str]]:
+        """The (A, B) orders the pair ``x``, ``y`` is shown in (seeded per query and pair)."""
         rng = random.Random(f"{self.seed}:{query.query_id}:{x}:{y}")
         first = (x, y) if rng.random() < 0.5 else (y, x)
         return [first, (first[1], first[0])] if self.both_orders else [first]
@@ -182,7 +183,7 @@ class PairwiseJudge:
         reversal_pairs, reversal_same = 0, 0.0
         for x, y in itertools.combinations(texts, 2):
             prefs: list[float] = []  # P(x better), one per readable order
-            for a, b in self._orders(query, x, y):
+            for a, b in self.presentation_orders(query, x, y):
                 p = self._ask(query.prompt, texts[a], texts[b])
                 if p is not None:
                     prefs.append(p if a == x else 1.0 - p)
