@@ -143,6 +143,13 @@ def main() -> None:
                     judged.append(j)
                     if protocol != "rank":
                         letters.append(_by_letters(judge, q, keeping.kept[before:], j))
+                    if len(judged) % 5 == 0:  # partial figures, in case the deadline comes
+                        r = reliability(protocol, judged)
+                        print(
+                            f"  {model} {protocol} after {len(judged)} pairs: true over random "
+                            f"{_share(r.true_over_random)}, reversal {_share(r.reversal)}",
+                            flush=True,
+                        )
                 seconds = (time.perf_counter() - t0) / max(1, len(judged))
                 found = [(protocol, judged)]
                 if protocol != "rank":
