@@ -7,7 +7,13 @@
 
 The LLM is chosen as everywhere in llmcache, by ``llmcache.llm.open_llm`` (``LLMCACHE_LLM``,
 ``LLMCACHE_BASE_URL``, ...; default: the bundled local models, no network). Results go to
-``results/<profile>/``.
+``results/<profile>/``. The LLM judges can be any OpenAI-compatible model of their own::
+
+    LLMCACHE_JUDGE_API_KEY=... python -m experiments compare \
+        --judge-base-url https://api.example.com/v1 --judge-model some-model
+
+(the key from ``LLMCACHE_JUDGE_API_KEY``, else ``OPENAI_API_KEY``; never on the command line,
+never written to any file the study makes).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ._judge_endpoint import JudgeEndpoint, redact_argv
 from ._profiles import PROFILES, Profile, get_profile
 from ._report import write_report
 from ._reproduce import EXPERIMENTS, Study, reproduce
@@ -130,7 +137,9 @@ def _meta(out: Path, study: Study, profile: Profile, command: str, fresh: bool) 
     if fresh or not path.exists():
         meta: dict[str, Any] = {
             "llm": study.conn.backend.description if study.connected else _recorded_llm(out),
-            "judge_model": study.judge_model if study.connected else f"{profile.judge_tier} tier",
+            "judge_model": study.judge_description
+            if study.connected or study.judge is not None
+            else f"{profile.judge_tier} tier",
             "timings": study.timings,
             "command": command,
         }
@@ -181,7 +190,28 @@ def main(argv: list[str] | None = None) -> int:
         help="a directory of recorded runs (run<n>.jsonl[.gz] and run<n>.summary.json) to read "
         "instead of simulating, e.g. docs/results/standard/data",
     )
+    parser.add_argument(
+        "--judge-base-url",
+        help="an OpenAI-compatible server (…/v1) for the LLM judges; the key is read from "
+        "LLMCACHE_JUDGE_API_KEY, else OPENAI_API_KEY (needs --judge-model)",
+    )
+    parser.add_argument(
+        "--judge-model",
+        help="the LLM judges' model (default: the profile's tier on the study's own LLM)",
+    )
+    parser.add_argument(
+        "--judge-protocol",
+        choices=["rank", "pairwise"],
+        default="rank",
+        help="rank: all candidates at once, in a seeded order and its reverse (default); "
+        "pairwise: two at a time, both orders, the model's A/B odds where logprobs are served",
+    )
     args = parser.parse_args(argv)
+    if args.judge_base_url and not args.judge_model:
+        parser.error("--judge-base-url needs --judge-model")
+    judge = (
+        JudgeEndpoint.from_env(args.judge_model, args.judge_base_url) if args.judge_model else None
+    )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for name in ("httpx", "httpx2", "openai", "llmcache"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -191,9 +221,19 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or f"results/{profile.name}")
     out.mkdir(parents=True, exist_ok=True)
     runs = Path(args.runs) if args.runs else None
-    study = Study(profile, out, progress=not args.quiet, force=args.force, runs=runs)
+    study = Study(
+        profile,
+        out,
+        progress=not args.quiet,
+        force=args.force,
+        runs=runs,
+        judge=judge,
+        judge_protocol=args.judge_protocol,
+    )
     started = time.perf_counter()
-    command = "python -m experiments " + shlex.join(sys.argv[1:] if argv is None else argv)
+    # Recorded in study.json and the report: a URL's user info or query could hold a secret.
+    given = sys.argv[1:] if argv is None else argv
+    command = "python -m experiments " + shlex.join(redact_argv(given))
     try:
         if args.command == "reproduce":
             reproduce(study)

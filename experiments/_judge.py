@@ -35,9 +35,13 @@ import openai
 from numpy.typing import NDArray
 from pydantic import BaseModel, Field, model_validator
 
-from ._results import JudgeReliability
+from ._results import JudgeReliability, PairShare
+from ._stats import wilson_interval
 
 __all__ = [
+    "RANDOM_LABEL",
+    "REFERENCE_NAME",
+    "TRUE_LABEL",
     "Judge",
     "JudgeCandidate",
     "JudgeQuery",
@@ -45,12 +49,21 @@ __all__ = [
     "LLMJudge",
     "ReferenceJudge",
     "TextEmbedder",
+    "fractional_ranks",
+    "pair_share",
     "pairwise_agreement",
     "ranking_prompt",
     "reliability",
+    "score_tiers",
+    "split_candidates",
+    "truncate_text",
 ]
 
 TRUE_LABEL = "true"
+# The candidate drawn at random from the query's own table (the direct comparison has one):
+# the true answer against it is the judge's test against chance.
+RANDOM_LABEL = "random"
+REFERENCE_NAME = "reference"
 
 
 class JudgeCandidate(BaseModel):
@@ -97,6 +110,11 @@ class Judgement(BaseModel):
     # Labels without a candidate: their last place is given, not judged, so comparisons of
     # judges leave them out.
     empty: list[str] = Field(default_factory=list)
+    # Single-order reversal check: candidate pairs one presentation and its exact reverse
+    # both ordered, and how many of them they ordered the same way (a tie in either order
+    # counts half). 0 pairs when no reversed presentation was obtained.
+    reversal_pairs: int = 0
+    reversal_same: float = 0.0
 
 
 @runtime_checkable
@@ -121,7 +139,7 @@ class TextEmbedder(Protocol):
 # --------------------------------------------------------------------------- shared helpers
 
 
-def _fractional_ranks(order: Sequence[Sequence[str]]) -> dict[str, float]:
+def fractional_ranks(order: Sequence[Sequence[str]]) -> dict[str, float]:
     """Ranks of tiers given best first: a tier of ``k`` labels after ``p`` labels gets the
     mean of positions ``p+1 .. p+k``, so rank sums stay ``n(n+1)/2`` whatever ties there are."""
     ranks: dict[str, float] = {}
@@ -136,7 +154,7 @@ def _fractional_ranks(order: Sequence[Sequence[str]]) -> dict[str, float]:
     return ranks
 
 
-def _tiers(scores: dict[str, float]) -> list[list[str]]:
+def score_tiers(scores: dict[str, float]) -> list[list[str]]:
     """Group labels of equal score, highest first; within a tier, the input order is kept."""
     by_score: dict[float, list[str]] = defaultdict(list)
     for label, score in scores.items():
@@ -144,7 +162,7 @@ def _tiers(scores: dict[str, float]) -> list[list[str]]:
     return [by_score[s] for s in sorted(by_score, reverse=True)]
 
 
-def _split(query: JudgeQuery) -> tuple[list[JudgeCandidate], list[str]]:
+def split_candidates(query: JudgeQuery) -> tuple[list[JudgeCandidate], list[str]]:
     present = [c for c in query.candidates if c.text is not None]
     empty = [c.label for c in query.candidates if c.text is None]
     return present, empty
@@ -156,7 +174,7 @@ _DEFAULT_MAX_CHARS = 1200
 _FEEDBACK_CHARS = 200  # of an invalid answer echoed back on a retry
 
 
-def _truncate(text: str, max_chars: int) -> str:
+def truncate_text(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     return text[:max_chars].rstrip() + " […]"
@@ -170,7 +188,7 @@ def ranking_prompt(prompt: str, responses: Sequence[str], *, max_chars: int = 12
     """
     n = len(responses)
     blocks = "\n\n".join(
-        f"Response {i}: {_truncate(text, max_chars)}" for i, text in enumerate(responses, 1)
+        f"Response {i}: {truncate_text(text, max_chars)}" for i, text in enumerate(responses, 1)
     )
     # The example is a fixed rotation (n, 1, 2, ...), never the identity: an example that
     # reads "1, 2, 3" would invite the model to copy the presented order.
@@ -378,26 +396,33 @@ class LLMJudge:
         return None, error
 
     def judge(self, query: JudgeQuery) -> Judgement:
-        present, empty = _split(query)
+        present, empty = split_candidates(query)
         if len(present) <= 1:
             labels = [c.label for c in present]
             return Judgement(
                 query_id=query.query_id,
                 group=query.group,
                 judge=self.name,
-                ranks=_fractional_ranks([labels, empty]),
+                ranks=fractional_ranks([labels, empty]),
                 presentations=[labels] if labels else [],
                 agreement=None,
                 empty=empty,
             )
         obtained: list[list[str]] = []
         error = ""
-        for order in self.presentation_orders(query):
+        first_two: list[list[str] | None] = []
+        for i, order in enumerate(self.presentation_orders(query)):
             ranked, err = self._rank_once(query, order)
+            if i < 2:
+                first_two.append(ranked)
             if ranked is None:
                 error = err
             else:
                 obtained.append(ranked)
+        reversal_pairs, reversal_same = 0, 0.0
+        if len(first_two) == 2 and first_two[0] is not None and first_two[1] is not None:
+            # Presentation 2 is presentation 1 reversed: the single-order reversal check.
+            reversal_same, reversal_pairs = _order_counts(first_two[0], first_two[1])
         if not obtained:
             return Judgement(
                 query_id=query.query_id,
@@ -420,7 +445,18 @@ class LLMJudge:
             presentations=obtained,
             agreement=_presentation_agreement(obtained) if len(obtained) > 1 else None,
             empty=empty,
+            reversal_pairs=reversal_pairs,
+            reversal_same=reversal_same,
         )
+
+
+def _order_counts(a: Sequence[str], b: Sequence[str]) -> tuple[float, int]:
+    """Pairs of labels two strict orders (best first) order the same way, and all pairs."""
+    pos_a = {label: i for i, label in enumerate(a)}
+    pos_b = {label: i for i, label in enumerate(b)}
+    pairs = list(itertools.combinations([x for x in a if x in pos_b], 2))
+    same = sum(1 for x, y in pairs if (pos_a[x] < pos_a[y]) == (pos_b[x] < pos_b[y]))
+    return float(same), len(pairs)
 
 
 def _presentation_agreement(orders: Sequence[Sequence[str]]) -> float | None:
@@ -505,7 +541,7 @@ class ReferenceJudge:
     e.g. llmcache's ``MiniLMEmbedder``.
     """
 
-    def __init__(self, embedder: TextEmbedder, *, name: str = "reference") -> None:
+    def __init__(self, embedder: TextEmbedder, *, name: str = REFERENCE_NAME) -> None:
         self._embedder = embedder
         self._name = name
 
@@ -518,7 +554,7 @@ class ReferenceJudge:
 
     def scores(self, query: JudgeQuery) -> dict[str, float]:
         """Each non-empty candidate's closeness to the truth, in [0, 1]."""
-        present, _ = _split(query)
+        present, _ = split_candidates(query)
         parts = {c.label: _parts(query.truth, c.text or "") for c in present}
         texts = sorted({t for ps in parts.values() for p in ps if isinstance(p, tuple) for t in p})
         # One embed call per query: batching is what makes a local embedder fast.
@@ -540,13 +576,13 @@ class ReferenceJudge:
         }
 
     def judge(self, query: JudgeQuery) -> Judgement:
-        _, empty = _split(query)
-        tiers = _tiers(self.scores(query))
+        _, empty = split_candidates(query)
+        tiers = score_tiers(self.scores(query))
         return Judgement(
             query_id=query.query_id,
             group=query.group,
             judge=self.name,
-            ranks=_fractional_ranks([*tiers, empty]),
+            ranks=fractional_ranks([*tiers, empty]),
             presentations=[[label for tier in tiers for label in tier]],
             agreement=None,
             empty=empty,
@@ -556,13 +592,8 @@ class ReferenceJudge:
 # --------------------------------------------------------------------------- reliability
 
 
-def pairwise_agreement(a: Judgement, b: Judgement) -> float | None:
-    """Fraction of label pairs the two judgements order the same way.
-
-    Only labels ranked in both count, minus the empty ones (their last place is given, so
-    every judge "agrees" on them); a pair tied in either judgement is left out. None when no
-    pair is left (e.g. either judgement failed).
-    """
+def _agreement_counts(a: Judgement, b: Judgement) -> tuple[int, int]:
+    """Label pairs the two judgements order the same way, and the pairs compared."""
     skip = set(a.empty) | set(b.empty)
     labels = [x for x in a.ranks if x in b.ranks and x not in skip]
     same = total = 0
@@ -572,7 +603,44 @@ def pairwise_agreement(a: Judgement, b: Judgement) -> float | None:
             continue
         total += 1
         same += (da < 0) == (db < 0)
+    return same, total
+
+
+def pairwise_agreement(a: Judgement, b: Judgement) -> float | None:
+    """Fraction of label pairs the two judgements order the same way.
+
+    Only labels ranked in both count, minus the empty ones (their last place is given, so
+    every judge "agrees" on them); a pair tied in either judgement is left out. None when no
+    pair is left (e.g. either judgement failed).
+    """
+    same, total = _agreement_counts(a, b)
     return same / total if total else None
+
+
+def pair_share(score: float, pairs: int) -> PairShare:
+    """``score`` of ``pairs`` (a tie counted half) with its 95% Wilson interval."""
+    low, high = wilson_interval(score, pairs)
+    return PairShare(
+        score=score, pairs=pairs, rate=score / pairs if pairs else None, low=low, high=high
+    )
+
+
+def _true_over_random(judgements: Iterable[Judgement]) -> PairShare | None:
+    """How often the true answer ranks above the random same-table one (a tie counts half).
+
+    Only judgements that show both (neither empty) count; None when no judgement has a
+    random candidate, so a result without one says "not measured" rather than 0 of 0.
+    """
+    score, pairs = 0.0, 0
+    for j in judgements:
+        if TRUE_LABEL not in j.ranks or RANDOM_LABEL not in j.ranks:
+            continue
+        if TRUE_LABEL in j.empty or RANDOM_LABEL in j.empty:
+            continue
+        pairs += 1
+        t, r = j.ranks[TRUE_LABEL], j.ranks[RANDOM_LABEL]
+        score += 1.0 if t < r else 0.5 if t == r else 0.0
+    return pair_share(score, pairs) if pairs else None
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -596,10 +664,20 @@ def reliability(
       strictly first (a tie for first does not count: a judge that ties everything must not
       look like it always finds the truth).
 
+    Judge quality, each with its 95% Wilson interval (:class:`PairShare`):
+
+    - ``reversal``: over the judgements with a reversed presentation, the candidate pairs the
+      two single orders rank the same way (None for a judge that never presents twice).
+    - ``true_over_random``: the judgements with both a "true" and a "random" candidate, in
+      which "true" ranks above "random" (a tie counts half; None when none has both).
+    - ``reference_agreement``: pairs ordered as the judge named "reference" in ``other``
+      orders them, pooled over queries (ties left out; None without that judge).
+
     Failed judgements are skipped everywhere.
     """
     ok = [j for j in judgements if not j.failed]
     agreement_with: dict[str, float] = {}
+    reference_agreement: PairShare | None = None
     for name, theirs in (other or {}).items():
         by_query: dict[str, list[Judgement]] = defaultdict(list)
         for j in theirs:
@@ -607,15 +685,22 @@ def reliability(
                 by_query[j.query_id].append(j)
         seen: dict[str, int] = defaultdict(int)
         values: list[float | None] = []
+        same_all = total_all = 0
         for j in ok:
             k = seen[j.query_id]
             seen[j.query_id] += 1
             matches = by_query.get(j.query_id, [])
             if k < len(matches):
-                values.append(pairwise_agreement(j, matches[k]))
+                same, total = _agreement_counts(j, matches[k])
+                values.append(same / total if total else None)
+                same_all += same
+                total_all += total
         mean = _mean(values)
         if mean is not None:
             agreement_with[name] = mean
+        if name == REFERENCE_NAME and total_all:
+            reference_agreement = pair_share(float(same_all), total_all)
+    rev_pairs = sum(j.reversal_pairs for j in ok)
     true_ranks = [
         (
             j.ranks[TRUE_LABEL],
@@ -632,4 +717,7 @@ def reliability(
         true_first_rate=fmean(1.0 if first else 0.0 for _, first in true_ranks)
         if true_ranks
         else None,
+        reversal=pair_share(sum(j.reversal_same for j in ok), rev_pairs) if rev_pairs else None,
+        true_over_random=_true_over_random(ok),
+        reference_agreement=reference_agreement,
     )

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._adapter import Adapter
 from ._data import MODES, EmbeddingStore, Prompt
-from ._judge import Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
+from ._judge import REFERENCE_NAME, Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
 from ._results import CompareResult, CorrelationResult, JudgeReliability, RatingTable
 from ._stats import STUDY_REGIONS, best_per_region, split_regions
 from ._tables import TableIndex, sample_per_group
@@ -41,7 +41,7 @@ def _judge_all(
     for judge in judges:
         # The reference judge ranks every query; an LLM judge the first ``llm_limit`` (the
         # sample order is seeded, so the subset is a random one).
-        subset = queries if judge.name == "reference" else queries[:llm_limit]
+        subset = queries if judge.name == REFERENCE_NAME else queries[:llm_limit]
         js = []
         for q in subset:
             js.append(judge.judge(q))

@@ -38,7 +38,7 @@ from agent_core.tolerance import DEFAULT_TEXT_BOUND
 
 from ._adapter import Adapter
 from ._data import ALL, MODES, EmbeddingStore, Prompt, kept_groups, messages_key
-from ._judge import Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
+from ._judge import RANDOM_LABEL, Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
 from ._results import (
     PairwiseTally,
     QualityPoint,
@@ -323,6 +323,8 @@ def quality(
     vectors = {m: store.embed([q.description(m) for q in ordered]) for m in MODES}
     rows: dict[str, list[Served]] = {m: [] for m in (*MODES, "random")}
     to_judge: dict[str, list[JudgeQuery]] = {m: [] for m in MODES}
+    # The judge's test against chance: the true answer against a random same-table one.
+    chance: list[JudgeQuery] = []
     for n, q in enumerate(ordered):
         for mode in MODES:
             items, sims = indexes[mode].similarities(vectors[mode][n], q.key)
@@ -339,6 +341,7 @@ def quality(
             i = rng.randrange(len(items))
             served, _ = answering.serve(q, items[i], float(sims[i]), "random")
             rows["random"].append(served)
+            chance.append(_pair(q, items[i].response, RANDOM_LABEL))
         else:
             rows["random"].append(Served(q.group, q.category, None, None, q.cost_usd))
         if progress is not None:
@@ -368,6 +371,9 @@ def quality(
             pairwise[mode] = {
                 g: tally(j for j in js if g in (ALL, j.group)) for g in (*groups, ALL)
             }
+        # As many chance pairs as one mode's: enough for the judge's verdict, not a third
+        # of the budget again on every profile.
+        judged += [judge.judge(jq) for jq in chance[:per_mode]]
     return QualityResult(
         query_run=queries[0].run if queries else 0,
         table_run=table_run[0].run if table_run else 0,
@@ -383,6 +389,7 @@ def quality(
 
 
 def _pair(q: Prompt, content: str, mode: str) -> JudgeQuery:
+    """The served answer (labelled "cached", or "random" for the chance pairs) and the truth."""
     return JudgeQuery(
         query_id=f"pairwise:{mode}:{q.run}:{q.index}",
         category=q.category,
@@ -390,7 +397,7 @@ def _pair(q: Prompt, content: str, mode: str) -> JudgeQuery:
         prompt=q.prompt_text,
         truth=q.response,
         candidates=[
-            JudgeCandidate(label="cached", text=content),
+            JudgeCandidate(label=RANDOM_LABEL if mode == RANDOM_LABEL else "cached", text=content),
             JudgeCandidate(label="true", text=q.response),
         ],
     )

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_core.tolerance import MIN_CALIBRATION_PAIRS
 
 from ._data import kept_groups
+from ._judge import REFERENCE_NAME
 from ._profiles import Profile
 from ._results import (
     RESULT_MODELS,
@@ -33,6 +34,7 @@ from ._results import (
     JudgeReliability,
     ModeCost,
     ObservedResult,
+    PairShare,
     QualityPoint,
     QualityResult,
     RateCI,
@@ -371,7 +373,12 @@ def _observed_section(obs: ObservedResult, ctx: ReportContext) -> Section:
     return Section(title="Observed actors (Fig 3.8, 3.9)", lines=lines, rows=rows)
 
 
-def _correlation_section(cor: CorrelationResult, ctx: ReportContext) -> Section:
+def _correlation_section(
+    cor: CorrelationResult, ctx: ReportContext, cmp_: CompareResult | None = None
+) -> Section:
+    # The correlation's candidates hold no random answer: a judge's test against chance is
+    # read from the direct comparison, which the same judges rank.
+    rel = _with_chance(cor.reliability, cmp_.reliability if cmp_ is not None else {})
     regions = [
         f"- {mode}: {cor.queries.get(mode, 0)} queries; candidates per region "
         + ", ".join(f"{lb} {cor.filled[mode].get(lb, 0)}" for lb in labels)
@@ -379,7 +386,7 @@ def _correlation_section(cor: CorrelationResult, ctx: ReportContext) -> Section:
         for mode, labels in cor.regions.items()
     ]
     ratings = [
-        _rating_line(f"{judge} judge, {mode}", table)
+        _rating_line(f"{judge} judge, {mode}", table, rel.get(judge))
         for judge, by_mode in cor.ratings.items()
         for mode, table in by_mode.items()
     ]
@@ -388,13 +395,15 @@ def _correlation_section(cor: CorrelationResult, ctx: ReportContext) -> Section:
             quantity=f"Fig 3.4/3.5 {mode}, {judge} judge: mu by region, low to high",
             study="rises with similarity",
             ours=_mus(table, [*cor.regions[mode], "true"]),
-            why=_why_judge(judge, cor.reliability.get(judge)),
+            why=_why_judge(judge, rel.get(judge)),
         )
         for judge, by_mode in cor.ratings.items()
         for mode, table in by_mode.items()
     ]
     lines = [
         *regions,
+        "",
+        *_judge_quality_lines(rel, source="the direct comparison's queries"),
         "",
         *ratings,
         "",
@@ -420,7 +429,12 @@ def _compare_section(cmp_: CompareResult, ctx: ReportContext) -> Section:
         + ", ".join(f"{g} {n}" for g, n in cmp_.queries.items())
         + f"), tables from run {cmp_.table_run}.",
         "",
-        *(_rating_line(f"{judge} judge", table) for judge, table in cmp_.ratings.items()),
+        *_judge_quality_lines(cmp_.reliability, source="these queries"),
+        "",
+        *(
+            _rating_line(f"{judge} judge", table, cmp_.reliability.get(judge))
+            for judge, table in cmp_.ratings.items()
+        ),
         "",
         *_reliability_table(cmp_.reliability),
         "",
@@ -739,6 +753,10 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
         f"Revise calls made: {q.revise_calls}; "
         "'untried' hits were beyond the profile's revise budget (out of the rates, their "
         "cost estimated from the category's measured revisions).",
+        "",
+        *_judge_quality_lines(
+            q.reliability, source="random same-table answers of the held-out run"
+        ),
         "",
         "Against the goals (≥ 95% acceptable at ≥ 90% cost cut for the simple groups; clearly "
         "above random for the others):",
@@ -1069,7 +1087,9 @@ _SECTIONS: tuple[_SectionOf, ...] = (
     lambda r, c: None if r.similarity is None else _similarity_section(r.similarity, c),
     lambda r, c: None if r.saturation is None else _saturation_section(r.saturation, c),
     lambda r, c: None if r.observed is None else _observed_section(r.observed, c),
-    lambda r, c: None if r.correlation is None else _correlation_section(r.correlation, c),
+    lambda r, c: (
+        None if r.correlation is None else _correlation_section(r.correlation, c, r.compare)
+    ),
     lambda r, c: None if r.compare is None else _compare_section(r.compare, c),
     lambda r, c: None if r.cost is None else _cost_section(r.cost, r.collect),
 )
@@ -1124,9 +1144,86 @@ def _mus(table: RatingTable, labels: Sequence[str]) -> str:
     )
 
 
-def _rating_line(title: str, table: RatingTable) -> str:
+def _rating_line(title: str, table: RatingTable, rel: JudgeReliability | None = None) -> str:
     parts = ", ".join(f"{lb} {r.mu:.1f} ± {r.sigma:.1f}" for lb, r in table.overall.items())
+    mark = _not_a_finding(rel)
+    title = f"{title} ({mark})" if mark else title
     return f"- {title}: {parts} ({table.judgements} rankings, {table.failures} failed)"
+
+
+def _share_text(share: PairShare | None) -> str:
+    if share is None or share.rate is None:
+        return "not measured"
+    return f"{_pct(share.rate)} [{_pct(share.low)}, {_pct(share.high)}] of {share.pairs} pairs"
+
+
+def _with_chance(
+    rel: dict[str, JudgeReliability], measured: dict[str, JudgeReliability]
+) -> dict[str, JudgeReliability]:
+    """``rel`` with each judge's true-over-random figure taken from ``measured`` where ``rel``
+    has none (the same judge measured on another experiment's queries)."""
+    out = {}
+    for name, r in rel.items():
+        other = measured.get(name)
+        if r.true_over_random is None and other is not None:
+            r = r.model_copy(update={"true_over_random": other.true_over_random})
+        out[name] = r
+    return out
+
+
+def _not_a_finding(rel: JudgeReliability | None) -> str:
+    """The mark on a judge's TrueSkill figures unless its preference for the true answer over
+    a random same-table one lies above chance; empty when it does."""
+    verdict = rel.verdict if rel is not None else "not measured"
+    if verdict == "above chance":
+        return ""
+    if verdict == "not measured" or rel is None:
+        return (
+            "not a finding: the judge's preference for the true answer over a random one "
+            "was not measured"
+        )
+    return (
+        f"not a finding: the judge is {verdict}, preferring the true answer over a random "
+        f"same-table one in {_share_text(rel.true_over_random)}"
+    )
+
+
+def _judge_quality_lines(rel: dict[str, JudgeReliability], *, source: str) -> list[str]:
+    """Each judge's quality, measured before any of its figures: the table and a verdict."""
+    table = _table(
+        [
+            "judge",
+            "reversal agreement, one order (95% interval)",
+            "prefers the true answer over a random same-table one",
+            "agrees with the reference judge",
+            "verdict",
+        ],
+        [
+            (
+                name,
+                _share_text(r.reversal)
+                if r.reversal is not None or r.shuffle_agreement is not None
+                else "deterministic",
+                _share_text(r.true_over_random),
+                "itself" if name == REFERENCE_NAME else _share_text(r.reference_agreement),
+                r.verdict,
+            )
+            for name, r in rel.items()
+        ],
+    )
+    verdicts = [
+        f"- {name}: {r.verdict}; its TrueSkill figures are "
+        + ("findings." if r.verdict == "above chance" else "printed but are not findings.")
+        for name, r in rel.items()
+    ]
+    return [
+        f"Judge quality (chance is 50%; a tie counts half; true over random measured on "
+        f"{source}; 95% Wilson intervals, pairs of one query are not independent):",
+        "",
+        *table,
+        "",
+        *verdicts,
+    ]
 
 
 def _reliability_table(rel: dict[str, JudgeReliability]) -> list[str]:
@@ -1301,17 +1398,20 @@ def _why_full(full: Sequence[float], embedder: str) -> str:
 
 
 def _why_judge(judge: str, rel: JudgeReliability | None) -> str:
-    if judge == "reference":
-        return (
+    mark = _not_a_finding(rel)
+    if judge == REFERENCE_NAME:
+        why = (
             "ranks by closeness to the true answer: 'true' is first (or tied with an identical "
             "answer) by construction"
         )
+        return f"{mark}; {why}" if mark else why
     if rel is not None and rel.shuffle_agreement is not None and rel.shuffle_agreement < 0.7:
-        return (
+        why = (
             f"the LLM judge orders only {_pct(rel.shuffle_agreement)} of pairs the same way when "
             "the candidates are reversed: its ranking is mostly position bias"
         )
-    return ""
+        return f"{mark}; {why}" if mark else why
+    return mark
 
 
 def _why_pearson(obs: ObservedResult, mode: str) -> str:

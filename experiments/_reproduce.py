@@ -22,7 +22,9 @@ from ._collect import collect, dataset_paths, recorded
 from ._cost_study import cost_study
 from ._data import MODES, EmbeddingStore, Prompt, load_run
 from ._judge import Judge, LLMJudge, ReferenceJudge
+from ._judge_endpoint import JudgeEndpoint
 from ._judged import compare, correlation
+from ._pairwise_judge import PairwiseJudge
 from ._profiles import Profile
 from ._quality import quality, text_agreements
 from ._results import (
@@ -62,10 +64,18 @@ class Study:
     # simulating: every step reruns from them (docs/results/standard/data holds the standard
     # profile's).
     runs: Path | None = None
+    # Where the LLM judges are asked, when not the study's own connection on the profile's
+    # tier (``--judge-base-url`` / ``--judge-model``).
+    judge: JudgeEndpoint | None = None
+    # How the LLM judges ask: "rank" (all candidates at once, in a seeded order and its
+    # reverse: the measured default) or "pairwise" (two at a time, both orders, the model's
+    # odds for A/B where the server gives logprobs; :class:`PairwiseJudge`).
+    judge_protocol: str = "rank"
     # An open connection to use instead of the configured backend (tests pass a stand-in).
     _conn: LLMConnection | None = None
     _runs: dict[int, list[Prompt]] = field(default_factory=dict)
     _store: EmbeddingStore | None = None
+    _judge_client: Any = None
 
     # -- resources -------------------------------------------------------------------------
 
@@ -86,7 +96,31 @@ class Study:
 
     @property
     def judge_model(self) -> str:
+        if self.judge is not None:
+            return self.judge.model
         return self.tier_model(self.profile.judge_tier)
+
+    @property
+    def pairwise_model(self) -> str:
+        if self.judge is not None:
+            return self.judge.model
+        return self.tier_model(self.profile.pairwise_tier)
+
+    @property
+    def judge_description(self) -> str:
+        """The judge as the study's files name it (model and server, never a key)."""
+        if self.judge is not None:
+            return self.judge.description
+        return self.judge_model
+
+    @property
+    def judge_client(self) -> Any:
+        """The client the LLM judges ask: the judge endpoint's own, else the study's."""
+        if self.judge is None or self.judge.base_url is None:
+            return self.conn.client
+        if self._judge_client is None:
+            self._judge_client = self.judge.client()
+        return self._judge_client
 
     @property
     def store(self) -> EmbeddingStore:
@@ -125,6 +159,9 @@ class Study:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._judge_client is not None:
+            self._judge_client.close()
+            self._judge_client = None
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -196,15 +233,17 @@ class Study:
         summaries = [dataset_paths(self.data, n)[1] for n in self.table_runs]
         return observed_actors(sat, summaries)
 
+    def _llm_judge(self, model: str, *, shuffles: int, name: str | None = None) -> Judge:
+        if self.judge_protocol == "pairwise":
+            return PairwiseJudge(self.judge_client, model=model, seed=self.profile.seed, name=name)
+        return LLMJudge(
+            self.judge_client, model=model, shuffles=shuffles, seed=self.profile.seed, name=name
+        )
+
     def _judges(self) -> list[Judge]:
         return [
             ReferenceJudge(self.embedder),
-            LLMJudge(
-                self.conn.client,
-                model=self.judge_model,
-                shuffles=self.profile.judge_shuffles,
-                seed=self.profile.seed,
-            ),
+            self._llm_judge(self.judge_model, shuffles=self.profile.judge_shuffles),
         ]
 
     def _adapter(self) -> Adapter:
@@ -279,7 +318,7 @@ class Study:
 
     def _quality(self) -> QualityResult:
         held_out = self.run(self.profile.runs)
-        pairwise = self.tier_model(self.profile.pairwise_tier)
+        pairwise = self.pairwise_model
         bar = self._bar(len(held_out), "quality: serving the held-out run")
         try:
             adapter = self._adapter()
@@ -290,13 +329,7 @@ class Study:
                 self.store,
                 adapter,
                 # Cached vs true, each pair in both orders: disagreement is a tie.
-                LLMJudge(
-                    self.conn.client,
-                    model=pairwise,
-                    shuffles=2,
-                    seed=self.profile.seed,
-                    name=f"pairwise ({pairwise})",
-                ),
+                self._llm_judge(pairwise, shuffles=2, name=f"pairwise ({pairwise})"),
                 llm_judge_queries=self.profile.llm_judge_queries,
                 seed=self.profile.seed,
                 progress=bar.update,

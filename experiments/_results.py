@@ -12,6 +12,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "JUDGE_VERDICTS",
     "RESULT_MODELS",
     "BudgetGroup",
     "BudgetResult",
@@ -25,6 +26,7 @@ __all__ = [
     "ModeCost",
     "ModeSummary",
     "ObservedResult",
+    "PairShare",
     "PairedExcess",
     "PairwiseTally",
     "QualityPoint",
@@ -114,6 +116,25 @@ class RatingTable(BaseModel):
     failures: int  # rankings the judge could not make (recorded, not rated)
 
 
+class PairShare(BaseModel):
+    """A share of candidate pairs, with its 95% Wilson interval.
+
+    A tie counts half (neither side preferred), so ``score`` may end in .5. Pairs taken from
+    the same query are not independent, so the interval is a little too narrow there.
+    """
+
+    score: float  # pairs counted for, a tie as 0.5
+    pairs: int
+    rate: float | None  # None without pairs
+    low: float
+    high: float
+
+
+# A judge's verdict on the true answer against a random same-table answer, read off the
+# interval of its preference: chance is 50%.
+JUDGE_VERDICTS = ("above chance", "at chance", "below chance", "not measured")
+
+
 class JudgeReliability(BaseModel):
     """How far a judge's rankings can be trusted."""
 
@@ -126,6 +147,29 @@ class JudgeReliability(BaseModel):
     # The judge's rank of the true response: mean, and how often it was ranked first.
     true_mean_rank: float | None = None
     true_first_rate: float | None = None
+    # Judge quality, each a share of pairs with its interval (None where the run could not
+    # measure it). ``reversal``: pairs one presentation orders the same way as its exact
+    # reverse, single-order (also for a judge that combines both orders). ``true_over_random``:
+    # (true answer, random same-table answer) pairs in which the true answer is preferred.
+    # ``reference_agreement``: pairs ordered as the reference judge orders them (ties left out).
+    reversal: PairShare | None = None
+    true_over_random: PairShare | None = None
+    reference_agreement: PairShare | None = None
+
+    @property
+    def verdict(self) -> str:
+        """One of :data:`JUDGE_VERDICTS`: where the true-over-random interval lies against 50%.
+
+        A judge not shown above chance has TrueSkill figures that are not findings.
+        """
+        share = self.true_over_random
+        if share is None or share.pairs == 0:
+            return "not measured"
+        if share.low > 0.5:
+            return "above chance"
+        if share.high < 0.5:
+            return "below chance"
+        return "at chance"
 
 
 class CorrelationResult(BaseModel):

@@ -173,12 +173,12 @@ def saturation_point(
 Z95 = 1.959963984540054
 
 
-def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
+def wilson_interval(successes: float, trials: int, z: float = Z95) -> tuple[float, float]:
     """The Wilson score interval of a rate ``successes / trials`` (95% by default).
 
     Unlike the normal approximation it stays inside [0, 1] and is not empty at 0 or n
     successes, which small samples of acceptable answers often are. ``(0.0, 1.0)`` for no
-    trials: nothing is known.
+    trials: nothing is known. ``successes`` may be fractional (a tie counted as half).
 
     >>> [round(x, 3) for x in wilson_interval(9, 10)]
     [0.596, 0.982]

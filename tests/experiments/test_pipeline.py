@@ -27,6 +27,7 @@ from experiments._reproduce import EXPERIMENTS, Study, reproduce
 from experiments._results import (
     BudgetResult,
     CollectResult,
+    CompareResult,
     CostResult,
     QualityResult,
     load_result,
@@ -173,6 +174,19 @@ def test_the_pairwise_judge_asks_the_superior_model(study_dir: Path, stand_in: _
     quality = load_result(QualityResult, study_dir / "quality.json")
     assert set(quality.reliability) == {"pairwise (scripted-superior)"}
     assert "pairwise (scripted-superior)" in (study_dir / "report.md").read_text()
+
+
+def test_every_judge_is_measured_against_chance(study_dir: Path) -> None:
+    # The scripted judges rank in the order shown: position alone, so never above chance.
+    quality = load_result(QualityResult, study_dir / "quality.json")
+    pairwise = quality.reliability["pairwise (scripted-superior)"]
+    assert pairwise.true_over_random is not None and pairwise.true_over_random.pairs > 0
+    assert pairwise.reversal is not None and pairwise.reversal.rate == 0.0
+    assert pairwise.verdict == "at chance"
+    compare = load_result(CompareResult, study_dir / "compare.json")
+    assert compare.reliability["reference"].verdict != "not measured"
+    text = (study_dir / "report.md").read_text()
+    assert "not a finding: the judge is at chance" in text
 
 
 def test_cost_replay_goes_through_cachedllm(study_dir: Path) -> None:
@@ -351,3 +365,119 @@ def test_a_study_reruns_from_recorded_runs_kept_compressed(study_dir: Path, tmp_
     assert not (tmp_path / "rerun" / "data").exists()  # nothing was simulated
     assert (tmp_path / "rerun" / "similarity.json").exists()
     assert rerun.run(1) == load_run(run_paths(study_dir, 1)[0], 1)
+
+
+# -- the judge on any OpenAI-compatible endpoint ------------------------------------------------
+
+JUDGE_KEY = "sk-judge-SENTINEL-5b1e0c77a9d3"
+
+
+class _JudgeServer:
+    """A tiny OpenAI-compatible server on 127.0.0.1 (stdlib only) answering chat completions
+    with a ranking in the order shown; it records the key and model of every request."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.auth: set[str] = set()
+        self.models: Counter[str] = Counter()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.auth.add(self.headers.get("Authorization", ""))
+                outer.models[body["model"]] += 1
+                schema = (body.get("response_format") or {}).get("json_schema") or {}
+                n = schema["schema"]["properties"]["ranking"]["maxItems"] if schema else 1
+                answer = {
+                    "id": "judge-1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {
+                                "role": "assistant",
+                                "content": json.dumps({"ranking": list(range(1, n + 1))}),
+                            },
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                }
+                data = json.dumps(answer).encode()
+                self.send_response(200 if self.path.endswith("/chat/completions") else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # the test's output stays quiet
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_judge_endpoint_reaches_a_local_server_and_its_key_never_reaches_disk(
+    study_dir: Path, stand_in: _StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    import experiments.__main__ as cli
+
+    server = _JudgeServer()
+    monkeypatch.setenv("LLMCACHE_JUDGE_API_KEY", JUDGE_KEY)
+    # The study's own LLM (the town, revisions) stays the stand-in; only the judges move.
+    monkeypatch.setattr(
+        cli, "Study", functools.partial(Study, embedder=HashEmbedder(), _conn=stand_in)
+    )
+    rankings_before = stand_in.client.rankings
+    out = tmp_path / "out"
+    judge = ["--judge-base-url", server.url, "--judge-model", "judge-x"]
+    common = ["--profile", "quick", "--out", str(out), "--runs", str(study_dir / "data"), "--quiet"]
+    try:
+        for step in ("compare", "quality", "report"):
+            assert cli.main([step, *common, *judge]) == 0
+    finally:
+        server.close()
+    # Every LLM judgement went to the endpoint, with the key from the environment.
+    assert server.models.keys() == {"judge-x"} and sum(server.models.values()) > 0
+    assert server.auth == {f"Bearer {JUDGE_KEY}"}
+    assert stand_in.client.rankings == rankings_before
+    compare = load_result(CompareResult, out / "compare.json")
+    assert set(compare.reliability) == {"reference", "llm:judge-x"}
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert {"compare.json", "quality.json", "study.json", "report.md"} <= {p.name for p in written}
+    for path in written:
+        assert JUDGE_KEY.encode() not in path.read_bytes(), path
+    meta = json.loads((out / "study.json").read_text())
+    assert meta["judge_model"] == f"judge-x at {server.url}"
+    assert "--judge-base-url" in meta["command"]
+    assert f"judge-x at {server.url}" in (out / "report.md").read_text()
+
+
+def test_a_url_carrying_a_secret_is_recorded_without_it() -> None:
+    from experiments._judge_endpoint import JudgeEndpoint, redact_argv
+
+    url = "https://user:sk-inurl@api.example.com:8443/v1?api-key=sk-inquery#x"
+    argv = ["compare", "--judge-base-url", url, f"--judge-base-url={url}", "--judge-model", "m"]
+    recorded = " ".join(redact_argv(argv))
+    assert "sk-inurl" not in recorded and "sk-inquery" not in recorded
+    assert recorded.count("https://api.example.com:8443/v1") == 2
+    endpoint = JudgeEndpoint.from_env("m", url, {"OPENAI_API_KEY": "sk-fallback"})
+    assert endpoint.api_key == "sk-fallback"
+    assert "sk-" not in repr(endpoint) and "sk-" not in endpoint.description
+    first = JudgeEndpoint.from_env(
+        "m", None, {"LLMCACHE_JUDGE_API_KEY": "a", "OPENAI_API_KEY": "b"}
+    )
+    assert first.api_key == "a" and first.description == "m"
