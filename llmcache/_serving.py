@@ -152,41 +152,15 @@ class Serving:
         budget = self.policy.wrong_hit_budget
         self.info.wrong_hit_budget = budget
         self.info.guard = self.policy.guard
-        if self.policy.guard == "audit" and budget is not None:
-            return self._audited(candidates, budget)
-        threshold = self._threshold(budget)
+        threshold = self._threshold()
         self.info.threshold = threshold
         if best.similarity.cosine >= threshold:
-            if budget is not None and self.evidence.explore(budget, default=False):
-                # An exploration labels the nearest entry; variety is for what is served.
-                return Ruling("explore", best)
+            if self._checked():
+                # Explored or audited: labels the nearest entry; variety is for what is served.
+                return Ruling("audit" if self.policy.guard == "audit" else "explore", best)
             return Ruling("serve", self._varied(candidates, threshold))
         self._near = best
         if self._is_near_miss(best, threshold):
-            self._asked_about.add(best.entry.id)
-            if self.policy.verify_path == "request":
-                return self._verify_now(best)
-            self._verify_later = best
-        return _MISS
-
-    def _audited(self, candidates: list[Candidate], budget: float) -> Ruling:
-        """Under the audit guard: serve from the first candidate at the threshold in force
-        (the table's own, until its audits show the excess there above the budget: see
-        ``_audit.py``), auditing a share of would-be hits. A guard that cannot read its
-        evidence serves nothing (the call is answered as a miss)."""
-        best = candidates[0]
-        state = self.evidence.audit_state(budget, self.policy.threshold, samples=self.samples)
-        if state is None:
-            self.info.threshold = STRICT_THRESHOLD
-            self._near = best
-            return _MISS
-        self.info.threshold = state.threshold
-        if best.similarity.cosine >= state.threshold:
-            if self.evidence.audit():
-                return Ruling("audit", best)
-            return Ruling("serve", self._varied(candidates, state.threshold))
-        self._near = best
-        if self._is_near_miss(best, state.threshold):
             self._asked_about.add(best.entry.id)
             if self.policy.verify_path == "request":
                 return self._verify_now(best)
@@ -197,20 +171,29 @@ class Serving:
         """Whether a candidate at ``cosine`` is close enough to be served in ``mode`` by the
         threshold in force (what a candidate ruled out before the ruling, by an exact slot,
         would have needed: its cost is counted only where it was this close)."""
-        if mode is Mode.SERVE:
-            return True
-        budget = self.policy.wrong_hit_budget
-        if self.policy.guard == "audit" and budget is not None:
-            state = self.evidence.audit_state(budget, self.policy.threshold, samples=self.samples)
-            return state is not None and cosine >= state.threshold
-        return cosine >= self._threshold(budget)
+        return mode is Mode.SERVE or cosine >= self._threshold()
 
-    def _threshold(self, budget: float | None) -> float:
-        """The threshold in force: the static one, or the one learned under a budget."""
+    def _threshold(self) -> float:
+        """The threshold in force: the static one; under the proving guard the one its labels
+        learned; under the audit guard the table's own until its audits show it over budget
+        (see ``_audit.py``). A guard that cannot read its evidence stays strict."""
+        budget = self.policy.wrong_hit_budget
         if budget is None:
             return self.policy.threshold
-        # A budget that cannot read its labels stays strict.
+        if self.policy.guard == "audit":
+            state = self.evidence.audit_state(budget, self.policy.threshold, samples=self.samples)
+            return state.threshold if state is not None else STRICT_THRESHOLD
         return self.evidence.threshold(budget, default=STRICT_THRESHOLD)
+
+    def _checked(self) -> bool:
+        """Whether this would-be hit is asked anyway and compared: audited under the audit
+        guard (a share, ever smaller), explored under the proving guard (all until proven)."""
+        budget = self.policy.wrong_hit_budget
+        if budget is None:
+            return False
+        if self.policy.guard == "audit":
+            return self.evidence.audit()
+        return self.evidence.explore(budget, default=False)
 
     def _varied(self, candidates: list[Candidate], floor: float) -> Candidate:
         """The candidate to serve: the nearest, or with variety one drawn at random from the
