@@ -62,7 +62,15 @@ class Profile(BaseModel):
     # make a short prompt, so even the quick profile affords the strongest local model; the
     # 5-way rankings above stay on ``judge_tier``.
     pairwise_tier: str = Field(default="superior", pattern="^(default|superior)$")
+    # Whether the model-in-the-loop ``budget`` step runs (the model answers served queries
+    # again). The quick profile leaves it out: its quality evidence is the replay study
+    # (``replay_study``, no LLM), which runs in every profile.
+    live_budget: bool = True
     seed: int = 0
+
+    def runs_step(self, name: str) -> bool:
+        """Whether a reproduction on this profile runs the step ``name``."""
+        return self.live_budget or name != "budget"
 
 
 QUICK = Profile(
@@ -86,6 +94,10 @@ QUICK = Profile(
     judge_tier="default",
     concurrency=DEFAULT_CONCURRENCY,
     rating_batch=DEFAULT_RATING_BATCH,
+    # The budget step asks the model to answer served queries again (5.5 min of the
+    # committed quick run); the replay study measures the same served answers against the
+    # recorded model's own second answers without it.
+    live_budget=False,
 )
 
 STANDARD = Profile(
