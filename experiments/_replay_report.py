@@ -93,6 +93,8 @@ def _goal_lines(result: ReplayStudyResult, bed: ReplayBed) -> list[str]:
                 + (
                     []
                     if bounded
+                    else ["nothing served"]
+                    if not o.served
                     else [f"excess upper bound {_pts(o.excess_upper)} > {delta:g} points"]
                 )
             )
@@ -133,10 +135,12 @@ def _baseline_lines(bed: ReplayBed) -> list[str]:
                         f"here (excess {_excess(s)} against {_excess(r)}: the intervals overlap)."
                     )
     own = _row(bed, "-", "random")
-    if own is not None and own.overall.pairs == 0:
+    alone = [] if own is None else [c for c, f in own.categories.items() if f.pairs == 0]
+    if alone:
         lines.append(
-            "The recording holds no second answers to the same prompts: the excess is over "
-            "no measured spread (the model's own disagreement taken as 0)."
+            f"No second answer to the same prompt in the held-out part for {', '.join(alone)}: "
+            "there the excess is over no measured spread (the model's own disagreement "
+            "taken as 0), which makes the cache look worse than it is."
         )
     return lines
 

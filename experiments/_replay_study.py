@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from agent_core import TextAgreement, TownCall, template
+from agent_core.llm import cache_config
 from agent_core.text import copies_placeholder, degenerate, format_literals, placeholder_patterns
 from agent_core.tolerance import DEFAULT_TEXT_BOUND
 from llmcache import CacheConfig, CacheOptions, CategoryPolicy, EmbedMode
@@ -58,7 +59,6 @@ from llmcache.replay import (
 from llmcache.types import PriceTable, Usage
 from llmcache.verification import Within
 
-from ._budget_study import STATIC_THRESHOLD
 from ._collect import dataset_paths
 from ._data import Prompt, load_run, messages_key
 from ._results import AnswerSample, ReplayBed, ReplayRow, ReplayStudyResult
@@ -68,6 +68,7 @@ __all__ = [
     "DEFAULT_STUDY_THRESHOLDS",
     "PARK",
     "RECORDED_CATEGORIES",
+    "STATIC_THRESHOLD",
     "TOWN_RUNS",
     "read_recording_dir",
     "replay_study",
@@ -89,6 +90,18 @@ PARK = _ROOT.parent / "shared" / "benchmarks" / "park_demo_isabella"
 #: cores, and the study is to stay within minutes).
 DEFAULT_STUDY_THRESHOLDS: tuple[float, ...] = (0.80, 0.85, 0.90, 0.93, 0.96, 0.98)
 _SAMPLES = 3
+#: The library's static default threshold (raw cosine) as the town configures it: the
+#: comparison every tuned setting is read against.
+STATIC_THRESHOLD = cache_config().threshold
+
+
+def _shown(path: Path) -> str:
+    """A path as the report shows it: relative to the repository where it is inside it (never
+    a machine's own path)."""
+    try:
+        return str(path.resolve().relative_to(_ROOT)) + "/"
+    except ValueError:
+        return path.name + "/"
 
 
 def _town_paths(directory: Path) -> dict[int, Path]:
@@ -505,11 +518,11 @@ def replay_study(
     town = {n: load_run(path, n) for n, path in _town_paths(town_runs).items()}
     if recording is not None and (recording / "run1.jsonl.gz").exists():
         runs, provenance = read_recording_dir(recording)
-        source = f"the recording in {recording.name}/ ({len(runs)} runs)"
+        source = f"the recording in {_shown(recording)} ({len(runs)} runs)"
     else:
         runs, provenance = _dev_recording(town), {}
         source = (
-            f"the town's committed runs ({town_runs.name}/), one answer each "
+            f"the town's committed runs ({_shown(town_runs)}), one answer each "
             "(no recording was found)"
         )
     model = _model_of(runs, provenance)
