@@ -502,7 +502,7 @@ def replay_study(
     delta: float = 0.05,
     thresholds: Sequence[float] = DEFAULT_STUDY_THRESHOLDS,
     park: Path | None = PARK,
-    agents: int | None = None,
+    agents: Sequence[str] | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> ReplayStudyResult:
@@ -510,8 +510,8 @@ def replay_study(
     directory; missing or ``None``: the town runs' own answers, one each, as the recording),
     the queries' requirements read from the town runs in ``town_runs``; beside it the shared
     agent's day from ``park`` when that folder exists. ``embeddings``: where the embedded
-    texts are kept between runs. ``agents``: only the calls of the first few agents of the
-    recording (by name; their tables whole), for a shorter study."""
+    texts are kept between runs. ``agents``: only the calls of these agents (their tables
+    whole), for a shorter study."""
     started = time.perf_counter()
     say = progress or (lambda _: None)
     stored = StoredEmbedder(embedder, embeddings)
@@ -527,9 +527,11 @@ def replay_study(
         )
     model = _model_of(runs, provenance)
     if agents is not None:
-        kept = set(sorted({c.agent for calls in runs.values() for c in calls})[:agents])
+        kept = set(agents)
         runs = {n: [c for c in calls if c.agent in kept] for n, calls in runs.items()}
-        source += f", the calls of {len(kept)} agents ({', '.join(sorted(kept))})"
+        if not all(runs.values()):
+            raise ValueError(f"the recording holds no calls of {', '.join(sorted(kept))}")
+        source += f", the calls of {', '.join(sorted(kept))}"
     known = {messages_key(p.messages): p for prompts in town.values() for p in prompts}
     runs = {
         n: [_canonical(c, _town_call(known.get(messages_key(c.messages)))) for c in calls]

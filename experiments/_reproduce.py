@@ -376,6 +376,8 @@ class Study:
             town_runs=self.town_runs,
             embedder=self.embedder,
             embeddings=self.out / "embeddings",
+            # The profile's agents only (the quick profile's two: a study of minutes).
+            agents=self.profile.agents,
             seed=self.profile.seed,
             progress=logger.info,
         )
