@@ -220,6 +220,13 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
             f"{bed.check_calls} held out); served answers graded by {bed.equivalence}.",
             "",
         ]
+        calls = bed.tune_calls + bed.check_calls
+        if bed.requirements_found is not None and bed.requirements_found < calls:
+            lines.append(
+                f"- Only {bed.requirements_found} of the {calls} calls were found in the town's "
+                "runs: the others' answers are compared as written (an option named by its "
+                "number is not read as the option it names)."
+            )
         if bed.name == "town":
             lines += [f"- {line}" for line in _goal_lines(result, bed)]
         else:

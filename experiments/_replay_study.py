@@ -533,6 +533,7 @@ def replay_study(
             raise ValueError(f"the recording holds no calls of {', '.join(sorted(kept))}")
         source += f", the calls of {', '.join(sorted(kept))}"
     known = {messages_key(p.messages): p for prompts in town.values() for p in prompts}
+    found = sum(messages_key(c.messages) in known for calls in runs.values() for c in calls)
     runs = {
         n: [_canonical(c, _town_call(known.get(messages_key(c.messages)))) for c in calls]
         for n, calls in runs.items()
@@ -566,6 +567,7 @@ def replay_study(
             check_calls=len(held_out),
             rows=rows,
             provenance=provenance,
+            requirements_found=found,
         )
     ]
     if park is not None and (park / "nodes.json").exists():

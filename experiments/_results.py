@@ -470,6 +470,9 @@ class ReplayBed(BaseModel):
     check_calls: int
     rows: list[ReplayRow]
     provenance: dict[str, object] = Field(default_factory=dict)
+    # Calls whose query (its messages) was found in the town's runs, so that its options and
+    # requirements were known when its answers were compared (None: not a town bed).
+    requirements_found: int | None = None
 
 
 class AnswerSample(BaseModel):

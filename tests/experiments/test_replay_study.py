@@ -72,6 +72,7 @@ def test_tuned_on_the_first_runs_and_reported_on_the_last(
     runs, _ = read_recording_dir(recording)
     (town,) = result.beds
     assert town.model == "smollm2-135m-q4_0"  # named by the provenance
+    assert town.requirements_found == town.tune_calls + town.check_calls
     assert (town.tune_calls, town.check_calls) == (len(runs[1]) + len(runs[2]), len(runs[3]))
     configs = [(r.mode, r.config) for r in town.rows]
     assert configs == [
@@ -180,3 +181,12 @@ def test_a_malformed_recording_is_refused_with_its_line(tmp_path: Path) -> None:
 def test_only_the_quick_profile_leaves_the_live_budget_step_out() -> None:
     assert not QUICK.runs_step("budget") and QUICK.runs_step("replay_study")
     assert STANDARD.runs_step("budget") and STANDARD.runs_step("replay_study")
+
+
+def test_calls_not_found_in_the_town_s_runs_are_said(study: tuple[ReplayStudyResult, Path]) -> None:
+    result, _ = study
+    town = result.beds[0]
+    assert "were found in the town's runs" not in "\n".join(replay_lines(result))
+    fewer = result.model_copy(update={"beds": [town.model_copy(update={"requirements_found": 7})]})
+    calls = town.tune_calls + town.check_calls
+    assert f"Only 7 of the {calls} calls were found" in "\n".join(replay_lines(fewer))
