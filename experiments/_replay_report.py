@@ -206,10 +206,10 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
         f"category on the first part for an excess at most {100 * result.delta:g} points "
         "(`llmcache.replay.tune`), and every configuration is reported on the held-out part "
         "beside the static default threshold, serve mode (every query whose table has an "
-        "entry answered with its nearest, every earlier answer in the table) and a random "
-        "same-table answer. The excess is the served answers' unacceptable share minus the "
-        "model's own disagreement with its second answers to the same prompts, with its 95% "
-        f"interval. It took {result.seconds:.0f} s.",
+        "entry answered with its nearest, the tables holding every answer of the tuning "
+        "part) and a random same-table answer. The excess is the served answers' "
+        "unacceptable share minus the model's own disagreement with its second answers to "
+        f"the same prompts, with its 95% interval. It took {result.seconds:.0f} s.",
     ]
     for bed in result.beds:
         lines += [

@@ -10,7 +10,7 @@ per embedding mode, beside
 
 - **static**: the library's static default threshold;
 - **serve**: serve mode, every query whose table has an entry answered from it, the tables
-  holding every earlier answer of the stream (the study's operating point);
+  holding every answer of runs 1-2 (the study's operating point);
 - **random**: a random answer of the same table instead of the nearest (the baseline).
 
 Every served answer is graded against the call's true answer by its category's own
@@ -322,6 +322,7 @@ def _text(call: ReplayCall, mode: EmbedMode) -> str:
 
 def _table_answers(
     calls: Sequence[ReplayCall],
+    mask: Sequence[bool],
     embedder: Embedder,
     mode: EmbedMode | None,
     equivalences: Mapping[str, Callable[[str, str], bool]],
@@ -329,8 +330,10 @@ def _table_answers(
     seed: int,
 ) -> list[CallResult]:
     """Serve mode (``mode``: the nearest entry of the query's table by that embedding) or a
-    random same-table answer (``mode`` ``None``), every earlier answer of the stream in its
-    table. A query whose table is empty is a miss, paid at its recorded tokens."""
+    random same-table answer (``mode`` ``None``). The tables hold every answer of the tune
+    part (``mask`` false), as a table run fills them, and of the checked calls those a
+    serve-mode cache stores: the misses, whose table was empty, paid at their recorded
+    tokens."""
     rng = random.Random(f"{seed}:random-answer")
     tables: dict[tuple[str, str], list[int]] = defaultdict(list)
     vectors: NDArray[np.float32] | None = None
@@ -353,7 +356,8 @@ def _table_answers(
                 k = int(np.argmax(sims))
                 j, cosine = table[k], float(sims[k])
             served = calls[j].answer
-        table.append(i)
+        if served is None or not mask[i]:
+            table.append(i)  # what a serve-mode cache stores: what it did not serve
         out.append(
             CallResult(
                 index=i,
@@ -440,12 +444,12 @@ def _bed(
                 settings={"all": f"{mode.value} mode, threshold {STATIC_THRESHOLD:.2f}"},
             )
         )
-        served = _table_answers(calls, embedder, mode, equivalences, prices, seed)
+        served = _table_answers(calls, mask, embedder, mode, equivalences, prices, seed)
         overall, per = _figures_of(served, calls, mask, equivalences)
         rows.append(
             ReplayRow(bed=bed, mode=mode.value, config="serve", overall=overall, categories=per)
         )
-    drawn = _table_answers(calls, embedder, None, equivalences, prices, seed)
+    drawn = _table_answers(calls, mask, embedder, None, equivalences, prices, seed)
     overall, per = _figures_of(drawn, calls, mask, equivalences)
     rows.append(ReplayRow(bed=bed, mode="-", config="random", overall=overall, categories=per))
     return rows
