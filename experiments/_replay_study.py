@@ -498,7 +498,7 @@ def _stream(runs: Mapping[int, Sequence[ReplayCall]]) -> tuple[list[ReplayCall],
 
 def replay_study(
     *,
-    recording: Path | None = DEFAULT_RECORDING,
+    recording: Path | None = None,
     town_runs: Path = TOWN_RUNS,
     embedder: Embedder,
     embeddings: Path | None = None,
@@ -511,7 +511,8 @@ def replay_study(
     progress: Callable[[str], None] | None = None,
 ) -> ReplayStudyResult:
     """The replay study (see the module docstring) of the recording in ``recording`` (a
-    directory; missing or ``None``: the town runs' own answers, one each, as the recording),
+    directory; ``None``: the committed one, :data:`DEFAULT_RECORDING`, and while there is
+    none, the town runs' own answers, one each, as the recording),
     the queries' requirements read from the town runs in ``town_runs``; beside it the shared
     agent's day from ``park`` when that folder exists. ``embeddings``: where the embedded
     texts are kept between runs. ``agents``: only the calls of these agents (their tables
@@ -520,7 +521,9 @@ def replay_study(
     say = progress or (lambda _: None)
     stored = StoredEmbedder(embedder, embeddings)
     town = {n: load_run(path, n) for n, path in _town_paths(town_runs).items()}
-    if recording is not None and (recording / "run1.jsonl.gz").exists():
+    if recording is None and any(DEFAULT_RECORDING.glob("run1.jsonl*")):
+        recording = DEFAULT_RECORDING
+    if recording is not None:  # a recording asked for and missing is an error, not a fallback
         runs, provenance = read_recording_dir(recording)
         source = f"the recording in {_shown(recording)} ({len(runs)} runs)"
     else:

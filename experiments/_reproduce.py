@@ -27,7 +27,7 @@ from ._judged import compare, correlation
 from ._pairwise_judge import PairwiseJudge
 from ._profiles import Profile
 from ._quality import quality, text_agreements
-from ._replay_study import DEFAULT_RECORDING, TOWN_RUNS, replay_study
+from ._replay_study import TOWN_RUNS, replay_study
 from ._results import (
     RESULT_MODELS,
     BudgetResult,
@@ -74,9 +74,9 @@ class Study:
     # odds for A/B where the server gives logprobs; :class:`PairwiseJudge`).
     judge_protocol: str = "rank"
     # The replay study's recording (run<n>.jsonl.gz of llmcache ReplayCall lines and a
-    # provenance.json) and the town runs its prompts came from (for the queries' requirements);
-    # without a recording there, the town runs' own answers are replayed.
-    recording: Path | None = DEFAULT_RECORDING
+    # provenance.json; None: the committed one, and while there is none the town runs' own
+    # answers) and the town runs its prompts came from (for the queries' requirements).
+    recording: Path | None = None
     town_runs: Path = TOWN_RUNS
     # An open connection to use instead of the configured backend (tests pass a stand-in).
     _conn: LLMConnection | None = None

@@ -176,6 +176,9 @@ def test_a_malformed_recording_is_refused_with_its_line(tmp_path: Path) -> None:
         read_recording_dir(where)
     with pytest.raises(FileNotFoundError, match="holds no recording"):
         read_recording_dir(tmp_path)
+    # A recording asked for by name is never replaced by the town's own answers.
+    with pytest.raises(FileNotFoundError, match="holds no recording"):
+        replay_study(recording=tmp_path / "missing", embedder=HashEmbedder(), park=None)
 
 
 def test_only_the_quick_profile_leaves_the_live_budget_step_out() -> None:
