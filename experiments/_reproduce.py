@@ -27,7 +27,7 @@ from ._judged import compare, correlation
 from ._pairwise_judge import PairwiseJudge
 from ._profiles import Profile
 from ._quality import quality, text_agreements
-from ._replay_study import TOWN_RUNS, replay_study
+from ._replay_study import PARK, TOWN_RUNS, replay_study
 from ._results import (
     RESULT_MODELS,
     BudgetResult,
@@ -78,6 +78,8 @@ class Study:
     # answers) and the town runs its prompts came from (for the queries' requirements).
     recording: Path | None = None
     town_runs: Path = TOWN_RUNS
+    # The shared agent's day the replay study sets beside the town (None: left out).
+    park: Path | None = PARK
     # An open connection to use instead of the configured backend (tests pass a stand-in).
     _conn: LLMConnection | None = None
     _runs: dict[int, list[Prompt]] = field(default_factory=dict)
@@ -374,6 +376,7 @@ class Study:
         return replay_study(
             recording=self.recording,
             town_runs=self.town_runs,
+            park=self.park,
             embedder=self.embedder,
             embeddings=self.out / "embeddings",
             # The profile's agents only (the quick profile's two: a study of minutes).
