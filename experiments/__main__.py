@@ -74,7 +74,8 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
     quality_path = out / "quality.json"
     if quality_path.exists():
         quality = load_result(QualityResult, quality_path)
-        print("acceptable answers in serve mode (95% interval), the report's headline:")
+        headline = "" if replay_path.exists() else ", the report's headline"
+        print(f"acceptable answers in serve mode (95% interval){headline}:")
         for mode in quality.curves:
             point = quality.serve(mode)
             if point is None or point.acceptable.rate is None:
