@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from llmcache import EmbedMode
 from llmcache.embedders import Embedder, default_embedder
 from llmcache.llm import LLMConnection, open_llm
 
@@ -381,6 +382,7 @@ class Study:
             embeddings=self.out / "embeddings",
             # The profile's agents only (the quick profile's two: a study of minutes).
             agents=self.profile.agents,
+            modes=[EmbedMode(m) for m in self.profile.replay_modes],
             seed=self.profile.seed,
             progress=logger.info,
         )

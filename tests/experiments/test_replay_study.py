@@ -184,6 +184,7 @@ def test_a_malformed_recording_is_refused_with_its_line(tmp_path: Path) -> None:
 def test_only_the_quick_profile_leaves_the_live_budget_step_out() -> None:
     assert not QUICK.runs_step("budget") and QUICK.runs_step("replay_study")
     assert STANDARD.runs_step("budget") and STANDARD.runs_step("replay_study")
+    assert QUICK.replay_modes == ["keyword"] and STANDARD.replay_modes == ["keyword", "full"]
 
 
 def test_calls_not_found_in_the_town_s_runs_are_said(study: tuple[ReplayStudyResult, Path]) -> None:
