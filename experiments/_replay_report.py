@@ -129,7 +129,16 @@ def _baseline_lines(bed: ReplayBed) -> list[str]:
                         f"{row.mode} serve mode is worse than a random same-table answer "
                         f"(excess {_excess(s)} against {_excess(r)})."
                     )
-                elif s.excess_upper is not None and s.excess_upper >= (r.excess_low or 0.0):
+                elif (
+                    s.excess_upper is not None
+                    and r.excess_low is not None
+                    and (s.excess_upper < r.excess_low)
+                ):
+                    lines.append(
+                        f"{row.mode} serve mode is better than a random same-table answer "
+                        f"(excess {_excess(s)} against {_excess(r)})."
+                    )
+                else:
                     lines.append(
                         f"{row.mode} serve mode cannot be told from a random same-table answer "
                         f"here (excess {_excess(s)} against {_excess(r)}: the intervals overlap)."

@@ -143,6 +143,20 @@ def test_the_report_s_headline_is_the_replay_study_s(
     assert text.count("**Headline**") == 1 and top in text
     # The goal sentence follows the figures: the committed SmolLM2 answers miss it.
     assert "misses the goal" in text or "meets the goal" in text
+    # Serve mode is set beside a random answer in one of three sentences, by their intervals.
+    rnd = next(r for r in town.rows if r.config == "random").overall
+    for serve in (r for r in town.rows if r.config == "serve"):
+        s = serve.overall
+        assert s.excess_low is not None and s.excess_upper is not None
+        assert rnd.excess_low is not None and rnd.excess_upper is not None
+        word = (
+            "worse than"
+            if s.excess_low > rnd.excess_upper
+            else "better than"
+            if s.excess_upper < rnd.excess_low
+            else "cannot be told from"
+        )
+        assert f"{serve.mode} serve mode {word} a random same-table answer" in text
     for row in town.rows:
         for name, f in row.categories.items():
             if f.served:
