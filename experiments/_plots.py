@@ -608,13 +608,16 @@ def plot_replay_study(result: ReplayStudyResult, path: str | Path) -> Path:
     markers = {"tuned": "o", "static": "s", "serve": "^", "random": "x"}
     for ax, bed in zip(axes, beds, strict=False):
         drawn = False
+        span = [100 * result.delta, 0.0]  # the excess axis: every interval, δ and 0 in view
         for i, row in enumerate(bed.rows):
             f = row.overall
             if f.excess is None:
                 continue
             drawn = True
             y = f.excess
-            err = [[max(0.0, y - (f.excess_low or y))], [max(0.0, (f.excess_upper or y) - y)]]
+            low, high = f.excess_low or y, f.excess_upper or y
+            span += [low, high]
+            err = [[max(0.0, y - low)], [max(0.0, high - y)]]
             ax.errorbar(100 * f.cost_cut, y, yerr=err, fmt=markers[row.config], ms=6, capsize=3,
                         color=_color(row.mode, i), mfc=None if row.config == "tuned" else "white",
                         label=f"{row.mode}: {row.config}")  # fmt: skip
@@ -622,6 +625,7 @@ def plot_replay_study(result: ReplayStudyResult, path: str | Path) -> Path:
         ax.axhline(0.0, color="gray", lw=0.6)
         _cost_cut_panel(ax, drawn, empty="nothing served", ylabel="excess (points)",
                         legend="upper left")  # fmt: skip
+        ax.set_ylim(min(span) - 5, max(span) + 5)  # an excess may be negative
         ax.set_title(_short(f"{bed.name}: {bed.model}"), fontsize=9)
     fig.suptitle("Replay study: held-out part, excess over the model's own second answers")
     fig.tight_layout()
