@@ -208,3 +208,24 @@ def test_calls_not_found_in_the_town_s_runs_are_said(study: tuple[ReplayStudyRes
     fewer = result.model_copy(update={"beds": [town.model_copy(update={"requirements_found": 7})]})
     calls = town.tune_calls + town.check_calls
     assert f"Only 7 of the {calls} calls were found" in "\n".join(replay_lines(fewer))
+
+
+def test_a_town_run_converts_to_the_calls_of_the_recorded_categories() -> None:
+    from experiments._data import load_run
+    from experiments._replay_study import RECORDED_CATEGORIES, town_calls
+
+    prompts = load_run(TOWN_RUNS / "run1.jsonl.gz", 1)
+    calls = town_calls(prompts)
+    kept = [p for p in prompts if p.category in RECORDED_CATEGORIES]
+    assert [(c.category, c.agent, c.answer) for c in calls] == [
+        (p.category, p.agent, p.response) for p in kept
+    ]
+    assert all(
+        c.model == p.model and c.messages == p.messages for c, p in zip(calls, kept, strict=True)
+    )
+    assert len(town_calls(prompts, None)) == len(prompts)
+    # The committed fixture is such a conversion, cut to two agents (its provenance says how).
+    runs, provenance = read_recording_dir(FIXTURE)
+    converted = {(c.agent, json.dumps(c.messages), c.answer) for c in calls}
+    assert all((c.agent, json.dumps(c.messages), c.answer) in converted for c in runs[1])
+    assert provenance["model"] == calls[0].model
