@@ -172,6 +172,12 @@ def test_recorded_hits_are_left_out_and_counted(tmp_path: Path) -> None:
     assert len(read.calls) == outcomes.count("miss")
     assert read.skipped.pop("unreadable line") == 1
     assert sum(read.skipped.values()) == outcomes.count("hit") > 0
+    # Compressed for committing, it reads the same.
+    import gzip
+
+    packed = tmp_path / "day.jsonl.gz"
+    packed.write_bytes(gzip.compress(recording.read_bytes()))
+    assert read_recording(packed).calls == read.calls
 
 
 def test_the_importer_names_every_malformed_line_and_keeps_every_good_one(
