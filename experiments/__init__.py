@@ -23,6 +23,7 @@ from ._results import (
     ObservedResult,
     QualityResult,
     ReplayCost,
+    ReplayStudyResult,
     SaturationResult,
     SimilarityResult,
     load_result,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         plot_cost,
         plot_observed,
         plot_quality,
+        plot_replay_study,
         plot_saturation,
         plot_similarity,
     )
@@ -57,6 +59,7 @@ __all__ = [
     "Profile",
     "QualityResult",
     "ReplayCost",
+    "ReplayStudyResult",
     "SaturationResult",
     "SimilarityResult",
     "get_profile",
@@ -70,6 +73,7 @@ __all__ = [
     "plot_cost",
     "plot_observed",
     "plot_quality",
+    "plot_replay_study",
     "plot_saturation",
     "plot_similarity",
 ]

@@ -4,6 +4,7 @@
     python -m experiments collect --profile quick        # only the simulation runs
     python -m experiments saturation --profile quick     # one experiment (runs cached)
     python -m experiments report --profile quick         # figures + report.md from the JSONs
+    python -m experiments replay-study --out DIR         # the replay study alone (no LLM)
 
 The LLM is chosen as everywhere in llmcache, by ``llmcache.llm.open_llm`` (``LLMCACHE_LLM``,
 ``LLMCACHE_BASE_URL``, ...; default: the bundled local models, no network). Results go to
@@ -29,9 +30,17 @@ from typing import Any
 
 from ._judge_endpoint import JudgeEndpoint, redact_argv
 from ._profiles import PROFILES, Profile, get_profile
+from ._replay_report import headline as replay_headline
 from ._report import write_report
 from ._reproduce import EXPERIMENTS, Study, reproduce
-from ._results import BudgetResult, CostResult, QualityResult, SaturationResult, load_result
+from ._results import (
+    BudgetResult,
+    CostResult,
+    QualityResult,
+    ReplayStudyResult,
+    SaturationResult,
+    load_result,
+)
 
 
 def _summary(out: Path, report: Path, seconds: float | None) -> None:
@@ -57,10 +66,16 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
                 f"({100 * (row.replay_saving or 0):.1f}% less, "
                 f"{row.replay.hits}/{row.replay.calls} hits)"
             )
+    replay_path = out / "replay_study.json"
+    if replay_path.exists():
+        top = replay_headline(load_result(ReplayStudyResult, replay_path))
+        if top is not None:
+            print(f"replay study, the report's headline: {top}")
     quality_path = out / "quality.json"
     if quality_path.exists():
         quality = load_result(QualityResult, quality_path)
-        print("acceptable answers in serve mode (95% interval), the report's headline:")
+        headline = "" if replay_path.exists() else ", the report's headline"
+        print(f"acceptable answers in serve mode (95% interval){headline}:")
         for mode in quality.curves:
             point = quality.serve(mode)
             if point is None or point.acceptable.rate is None:
@@ -177,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "command",
-        choices=[*EXPERIMENTS, "reproduce", "report", "notebooks"],
+        choices=[*EXPERIMENTS, "replay-study", "reproduce", "report", "notebooks"],
         help="one experiment, all of them (reproduce), or figures + report from saved results",
     )
     parser.add_argument("--profile", default="quick", choices=sorted(PROFILES))
@@ -189,6 +204,16 @@ def main(argv: list[str] | None = None) -> int:
         "--runs",
         help="a directory of recorded runs (run<n>.jsonl[.gz] and run<n>.summary.json) to read "
         "instead of simulating, e.g. docs/results/standard/data",
+    )
+    parser.add_argument(
+        "--recording",
+        help="replay study: a directory of run<n>.jsonl.gz ReplayCall lines and a "
+        "provenance.json (default: docs/results/recording; absent: the town runs' own answers)",
+    )
+    parser.add_argument(
+        "--town-runs",
+        help="replay study: the town runs the recording's prompts came from (default: "
+        "docs/results/standard/data)",
     )
     parser.add_argument(
         "--judge-base-url",
@@ -207,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         "pairwise: two at a time, both orders, the model's A/B odds where logprobs are served",
     )
     args = parser.parse_args(argv)
+    if args.command == "replay-study":
+        args.command = "replay_study"
     if args.judge_base_url and not args.judge_model:
         parser.error("--judge-base-url needs --judge-model")
     judge = (
@@ -230,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
         judge=judge,
         judge_protocol=args.judge_protocol,
     )
+    if args.recording:
+        study.recording = Path(args.recording)
+    if args.town_runs:
+        study.town_runs = Path(args.town_runs)
     started = time.perf_counter()
     # Recorded in study.json and the report: a URL's user info or query could hold a secret.
     given = sys.argv[1:] if argv is None else argv

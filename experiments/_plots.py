@@ -37,6 +37,7 @@ from experiments._results import (
     ModeCost,
     ObservedResult,
     QualityResult,
+    ReplayStudyResult,
     SaturationResult,
     SimilarityResult,
     SkillRating,
@@ -53,6 +54,7 @@ __all__ = [
     "plot_cost",
     "plot_observed",
     "plot_quality",
+    "plot_replay_study",
     "plot_saturation",
     "plot_similarity",
 ]
@@ -595,6 +597,41 @@ def plot_budget(result: BudgetResult, path: str | Path) -> Path:
     return _save(fig, path)
 
 
+def plot_replay_study(result: ReplayStudyResult, path: str | Path) -> Path:
+    """Per bed (the town's recording, the shared agent's ratings), each configuration's excess
+    over the model's own second answers on the held-out part (points, 95% interval) against
+    its cost cut, δ dotted."""
+    beds = result.beds
+    fig, axes = _grid(len(beds), 2, width=5.0, height=3.8)
+    if not beds:
+        _empty(axes[0], "no recording")
+    markers = {"tuned": "o", "static": "s", "serve": "^", "random": "x"}
+    for ax, bed in zip(axes, beds, strict=False):
+        drawn = False
+        span = [100 * result.delta, 0.0]  # the excess axis: every interval, δ and 0 in view
+        for i, row in enumerate(bed.rows):
+            f = row.overall
+            if f.excess is None:
+                continue
+            drawn = True
+            y = f.excess
+            low, high = f.excess_low or y, f.excess_upper or y
+            span += [low, high]
+            err = [[max(0.0, y - low)], [max(0.0, high - y)]]
+            ax.errorbar(100 * f.cost_cut, y, yerr=err, fmt=markers[row.config], ms=6, capsize=3,
+                        color=_color(row.mode, i), mfc=None if row.config == "tuned" else "white",
+                        label=f"{row.mode}: {row.config}")  # fmt: skip
+        ax.axhline(100 * result.delta, color="black", ls=":", lw=1)
+        ax.axhline(0.0, color="gray", lw=0.6)
+        _cost_cut_panel(ax, drawn, empty="nothing served", ylabel="excess (points)",
+                        legend="upper left")  # fmt: skip
+        ax.set_ylim(min(span) - 5, max(span) + 5)  # an excess may be negative
+        ax.set_title(_short(f"{bed.name}: {bed.model}"), fontsize=9)
+    fig.suptitle("Replay study: held-out part, excess over the model's own second answers")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 # --- all -------------------------------------------------------------------------------------
 
 # A plotter takes the result model its entry names; the dict cannot say which, hence Any.
@@ -611,6 +648,7 @@ _FIGURES: dict[str, tuple[tuple[str, _Plotter], ...]] = {
     "cost": (("", plot_cost),),
     "quality": (("", plot_quality),),
     "budget": (("", plot_budget),),
+    "replay_study": (("", plot_replay_study),),
 }
 
 

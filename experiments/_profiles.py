@@ -4,11 +4,17 @@ experiments/README.md ("Profiles")."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from agent_core.llm import DEFAULT_CONCURRENCY, DEFAULT_RATING_BATCH
 
 __all__ = ["FULL", "PROFILES", "QUICK", "STANDARD", "Profile", "get_profile"]
+
+
+ReplayMode = Literal["keyword", "full"]
+_REPLAY_MODES: tuple[ReplayMode, ...] = ("keyword", "full")
 
 
 class Profile(BaseModel):
@@ -62,7 +68,18 @@ class Profile(BaseModel):
     # make a short prompt, so even the quick profile affords the strongest local model; the
     # 5-way rankings above stay on ``judge_tier``.
     pairwise_tier: str = Field(default="superior", pattern="^(default|superior)$")
+    # Whether the model-in-the-loop ``budget`` step runs (the model answers served queries
+    # again). The quick profile leaves it out: its quality evidence is the replay study
+    # (``replay_study``, no LLM), which runs in every profile.
+    live_budget: bool = True
+    # The embedding modes the replay study tunes and reports (each mode embeds every text of
+    # the recording once; a whole prompt costs several times a keyword's on 2 cores).
+    replay_modes: list[ReplayMode] = Field(default_factory=lambda: list(_REPLAY_MODES))
     seed: int = 0
+
+    def runs_step(self, name: str) -> bool:
+        """Whether a reproduction on this profile runs the step ``name``."""
+        return self.live_budget or name != "budget"
 
 
 QUICK = Profile(
@@ -86,6 +103,12 @@ QUICK = Profile(
     judge_tier="default",
     concurrency=DEFAULT_CONCURRENCY,
     rating_batch=DEFAULT_RATING_BATCH,
+    # The budget step asks the model to answer served queries again (5.5 min of the
+    # committed quick run); the replay study measures the same served answers against the
+    # recorded model's own second answers without it.
+    live_budget=False,
+    # Keyword mode only: the whole prompts of the recording would take minutes to embed.
+    replay_modes=["keyword"],
 )
 
 STANDARD = Profile(

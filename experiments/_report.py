@@ -22,6 +22,7 @@ from agent_core.tolerance import MIN_CALIBRATION_PAIRS
 from ._data import kept_groups
 from ._judge import REFERENCE_NAME
 from ._profiles import Profile
+from ._replay_report import replay_lines
 from ._results import (
     RESULT_MODELS,
     BudgetGroup,
@@ -39,6 +40,7 @@ from ._results import (
     QualityResult,
     RateCI,
     RatingTable,
+    ReplayStudyResult,
     SaturationResult,
     SimilarityResult,
     load_result,
@@ -102,6 +104,7 @@ class StudyResults(BaseModel):
     cost: CostResult | None = None
     quality: QualityResult | None = None
     budget: BudgetResult | None = None
+    replay_study: ReplayStudyResult | None = None
 
     @classmethod
     def load(cls, out: Path) -> StudyResults:
@@ -690,7 +693,9 @@ def _quality_rows(
     return rows
 
 
-def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
+def _quality_section(
+    q: QualityResult, cmp_: CompareResult | None, *, is_headline: bool = True
+) -> Section:
     modes = list(q.curves)
     headline = []
     for mode in modes:
@@ -707,7 +712,9 @@ def _quality_section(q: QualityResult, cmp_: CompareResult | None) -> Section:
         "tolerance (table in `experiments/README.md`). A candidate the hit step refuses is "
         "answered by the LLM (a true answer, at the cost of both); misses get true answers.",
         "",
-        "**Headline** (serve mode, the study's operating point; 95% Wilson intervals): "
+        # The replay study's is the report's headline when it ran.
+        ("**Headline**" if is_headline else "**Serve mode**")
+        + " (serve mode, the study's operating point; 95% Wilson intervals): "
         + "; ".join(headline)
         + f"; a random same-table answer: {_rate(rnd)}.",
     ]
@@ -1035,6 +1042,13 @@ def _budget_section(b: BudgetResult) -> Section:
     )
 
 
+def _replay_section(result: ReplayStudyResult) -> Section:
+    return Section(
+        title="Replay study: settings tuned on a recording, reported on its held-out run",
+        lines=replay_lines(result),
+    )
+
+
 def _caveats(results: StudyResults, ctx: ReportContext) -> Section:
     profile = ctx.profile
     col = results.collect
@@ -1080,8 +1094,14 @@ _SectionOf = Callable[[StudyResults, ReportContext], Section | None]
 
 # The experiments' sections in the report's order (each present when its result is).
 _SECTIONS: tuple[_SectionOf, ...] = (
-    # First: the headline quality figure is the objective acceptable rate.
-    lambda r, c: None if r.quality is None else _quality_section(r.quality, r.compare),
+    # First: the headline, the replay study's where it ran (a recording's held-out run, the
+    # model named), else the objective acceptable rate of the quality step.
+    lambda r, c: None if r.replay_study is None else _replay_section(r.replay_study),
+    lambda r, c: (
+        None
+        if r.quality is None
+        else _quality_section(r.quality, r.compare, is_headline=r.replay_study is None)
+    ),
     lambda r, c: None if r.budget is None else _budget_section(r.budget),
     lambda r, c: None if r.collect is None else _collect_section(r.collect, c),
     lambda r, c: None if r.similarity is None else _similarity_section(r.similarity, c),

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from llmcache import EmbedMode
 from llmcache.embedders import Embedder, default_embedder
 from llmcache.llm import LLMConnection, open_llm
 
@@ -27,6 +28,7 @@ from ._judged import compare, correlation
 from ._pairwise_judge import PairwiseJudge
 from ._profiles import Profile
 from ._quality import quality, text_agreements
+from ._replay_study import PARK, TOWN_RUNS, replay_study
 from ._results import (
     RESULT_MODELS,
     BudgetResult,
@@ -36,6 +38,7 @@ from ._results import (
     CostResult,
     ObservedResult,
     QualityResult,
+    ReplayStudyResult,
     SaturationResult,
     SimilarityResult,
     load_result,
@@ -71,6 +74,13 @@ class Study:
     # reverse: the measured default) or "pairwise" (two at a time, both orders, the model's
     # odds for A/B where the server gives logprobs; :class:`PairwiseJudge`).
     judge_protocol: str = "rank"
+    # The replay study's recording (run<n>.jsonl.gz of llmcache ReplayCall lines and a
+    # provenance.json; None: the committed one, and while there is none the town runs' own
+    # answers) and the town runs its prompts came from (for the queries' requirements).
+    recording: Path | None = None
+    town_runs: Path = TOWN_RUNS
+    # The shared agent's day the replay study sets beside the town (None: left out).
+    park: Path | None = PARK
     # An open connection to use instead of the configured backend (tests pass a stand-in).
     _conn: LLMConnection | None = None
     _runs: dict[int, list[Prompt]] = field(default_factory=dict)
@@ -362,13 +372,29 @@ class Study:
         finally:
             bar.close()
 
+    def _replay_study(self) -> ReplayStudyResult:
+        # No LLM: the recording answers. Its embeddings are kept beside the study's own.
+        return replay_study(
+            recording=self.recording,
+            town_runs=self.town_runs,
+            park=self.park,
+            embedder=self.embedder,
+            embeddings=self.out / "embeddings",
+            # The profile's agents only (the quick profile's two: a study of minutes).
+            agents=self.profile.agents,
+            modes=[EmbedMode(m) for m in self.profile.replay_modes],
+            seed=self.profile.seed,
+            progress=logger.info,
+        )
+
 
 def reproduce(study: Study, steps: tuple[str, ...] = EXPERIMENTS) -> dict[str, BaseModel]:
-    """Run ``steps`` in order; new simulation data invalidates every cached result after it."""
+    """Run ``steps`` in order (those the profile runs: :meth:`Profile.runs_step`); new
+    simulation data invalidates every cached result after it."""
     results: dict[str, BaseModel] = {}
     state_path = study.out / "state.json"
     before = _fingerprint(study)
-    for name in steps:
+    for name in (s for s in steps if study.profile.runs_step(s)):
         results[name] = study.step(name)
         if name == "collect" and _fingerprint(study) != _stored(state_path):
             study.force = True  # new data: nothing computed from the old data is reused

@@ -11,9 +11,12 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from llmcache.replay import Figures
+
 __all__ = [
     "JUDGE_VERDICTS",
     "RESULT_MODELS",
+    "AnswerSample",
     "BudgetGroup",
     "BudgetResult",
     "BudgetRun",
@@ -33,7 +36,10 @@ __all__ = [
     "QualityResult",
     "RateCI",
     "RatingTable",
+    "ReplayBed",
     "ReplayCost",
+    "ReplayRow",
+    "ReplayStudyResult",
     "RunInfo",
     "SaturationCurve",
     "SaturationResult",
@@ -438,6 +444,62 @@ class BudgetResult(BaseModel):
     reanswers_asked: int = 0  # second answers the model gave (shared by configurations)
 
 
+class ReplayRow(BaseModel):
+    """One configuration of the replay study on its bed's held-out calls: overall and per
+    category (llmcache's replay :class:`~llmcache.replay.Figures`: calls, served, cost cut,
+    acceptable, the model's own agreement and the excess over it with its 95% interval)."""
+
+    bed: str
+    mode: str  # embedding mode; "-" for the random answer
+    config: Literal["tuned", "static", "serve", "random"]
+    overall: Figures
+    categories: dict[str, Figures]
+    settings: dict[str, str] = Field(default_factory=dict)  # per category, what was chosen
+
+
+class ReplayBed(BaseModel):
+    """One recording the replay study ran on: where it came from, which model answered it,
+    how served answers are graded, how it was split, and every configuration's figures."""
+
+    name: str
+    source: str
+    model: str
+    equivalence: str
+    split: str
+    tune_calls: int
+    check_calls: int
+    rows: list[ReplayRow]
+    provenance: dict[str, object] = Field(default_factory=dict)
+    # Calls whose query (its messages) was found in the town's runs, so that its options and
+    # requirements were known when its answers were compared (None: not a town bed).
+    requirements_found: int | None = None
+
+
+class AnswerSample(BaseModel):
+    """One answer of the held-out run, for a reader to judge."""
+
+    agent: str
+    keywords: list[str]
+    answer: str
+
+
+class ReplayStudyResult(BaseModel):
+    """The replay study: settings tuned on a recording's first runs and reported on its last,
+    beside the static default, serve mode and a random answer; the town's recording and the
+    shared agent's recorded ratings. ``samples``: a seeded few of each category's answers of
+    the held-out run; ``placeholder_echoes`` and ``degenerate`` count those of its answers
+    (``answers`` per category) that echo their format or are degenerate."""
+
+    delta: float
+    seed: int
+    beds: list[ReplayBed]
+    samples: dict[str, list[AnswerSample]] = Field(default_factory=dict)
+    answers: dict[str, int] = Field(default_factory=dict)
+    placeholder_echoes: dict[str, int] = Field(default_factory=dict)
+    degenerate: dict[str, int] = Field(default_factory=dict)
+    seconds: float = 0.0
+
+
 #: Each experiment's result model, by the experiment's name (its file is ``<name>.json``), in
 #: the order the study runs them.
 RESULT_MODELS: dict[str, type[BaseModel]] = {
@@ -450,6 +512,7 @@ RESULT_MODELS: dict[str, type[BaseModel]] = {
     "cost": CostResult,
     "quality": QualityResult,
     "budget": BudgetResult,
+    "replay_study": ReplayStudyResult,
 }
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -5,8 +5,9 @@ measured on a day of real traffic in seconds and without paying for a call.
 The upstream (:class:`RecordedUpstream`) answers a call's first request with the call's
 recorded answer, its *true* answer. Any further request of the same call (a twin, the second
 call of an explored hit) gets another recorded answer to the identical prompt, drawn with a
-seeded generator: the model's own spread. A prompt answered once has no spread to draw from
-and repeats its answer. Since the cache in between is the live one, a replay is exactly the
+seeded generator from the call's own ``other_answers`` and the answers of the stream's other
+calls with that prompt: the model's own spread. A prompt answered once has no spread to draw
+from and repeats its answer. Since the cache in between is the live one, a replay is exactly the
 live cache on the same stream with the same seeds (tests/test_replay.py).
 
 Graded against the true answers, by each category's equivalence (:func:`equivalences_for`):
@@ -39,6 +40,7 @@ from ._filing import embedding_text
 from ._ledger import PriceTable
 from ._protocols import Embedder
 from ._replay_calls import ReplayCall, ReplayInput
+from ._tokens import count_tokens
 from ._types import CacheOptions, EmbedMode, Usage
 
 __all__ = [
@@ -107,17 +109,23 @@ class RecordedUpstream:
                 "recorded prompt (a modifier's revision?): the recording holds no answer to it"
             )
         self.requests += 1
-        source = call
+        text, completion_tokens = call.answer, call.completion_tokens
         if self._answered:
-            others = [i for i in self._same_prompt[call.prompt_key()] if i != self._current]
-            if others:
-                source = self.calls[self._rng.choice(others)]
+            # The spread: the model's own further answers to this prompt, then the answers of
+            # the stream's other calls with it (their token counts as recorded).
+            spread: list[tuple[str, int]] = [
+                (other, count_tokens(other)[0]) for other in call.other_answers
+            ]
+            spread += [
+                (self.calls[i].answer, self.calls[i].completion_tokens)
+                for i in self._same_prompt[call.prompt_key()]
+                if i != self._current
+            ]
+            if spread:
+                text, completion_tokens = self._rng.choice(spread)
             self.drawn += 1
         self._answered = True
-        tokens = {
-            "prompt_tokens": call.prompt_tokens,
-            "completion_tokens": source.completion_tokens,
-        }
+        tokens = {"prompt_tokens": call.prompt_tokens, "completion_tokens": completion_tokens}
         return ChatCompletion.model_validate(
             {
                 "id": f"chatcmpl-replay-{next(self._ids)}",
@@ -128,7 +136,7 @@ class RecordedUpstream:
                     {
                         "index": 0,
                         "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": source.answer},
+                        "message": {"role": "assistant", "content": text},
                     }
                 ],
                 "usage": {**tokens, "total_tokens": sum(tokens.values())},
@@ -249,10 +257,15 @@ class Figures(BaseModel):
 
 def _pairs(calls: Iterable[ReplayCall], equivalences: Mapping[str, Equivalence]) -> tuple[int, int]:
     """(pairs, agreeing pairs) of consecutive recorded answers to one prompt: each answer is in
-    at most two pairs, so a prompt asked often does not count as many times its square."""
+    at most two pairs, so a prompt asked often does not count as many times its square; and
+    each call's answer with each of its own ``other_answers``."""
     last: dict[str, ReplayCall] = {}
     pairs = agree = 0
     for call in calls:
+        same = equivalences[call.category]
+        for other in call.other_answers:
+            pairs += 1
+            agree += bool(same(call.answer, other))
         key = call.prompt_key()
         if key in last:
             pairs += 1

@@ -28,7 +28,11 @@ class ReplayCall(BaseModel):
     ``response_format``; ``keywords`` or ``slots`` where the caller gave them), by whom
     (``category``, ``agent``), when (``time``, any clock; ``None``: in stream order) and what
     the model answered (``answer``: the call's true answer). ``prompt_tokens`` and
-    ``completion_tokens`` price it; counted from the texts when a line gives none."""
+    ``completion_tokens`` price it; counted from the texts when a line gives none.
+    ``other_answers`` are the model's further answers to this very prompt, asked again when
+    it was recorded (its own spread): a replay answers the call's further requests (twins,
+    explorations) from them and from the other calls of the stream with the same prompt, and
+    counts each beside ``answer`` as a pair of the model's own agreement."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -56,6 +60,7 @@ class ReplayCall(BaseModel):
     keywords: list[str] | None = None
     slots: dict[str, str] | None = None
     answer: str
+    other_answers: list[str] = Field(default_factory=list)
     time: float | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     prompt_tokens: int = Field(default=0, ge=0)
@@ -174,17 +179,18 @@ def read_calls(path: str | Path, *, strict: bool = True) -> ReplayInput:
          "keywords": ["making coffee"], "time": 1676275200}
 
     ``messages`` (chat messages) may stand for ``prompt``; ``keywords``, ``slots``, ``time``,
-    ``model``/``params``, ``prompt_tokens`` and ``completion_tokens`` are optional; blank
-    lines are ignored. Every line is read: a malformed one is kept as a problem with its
-    number, and with ``strict`` (the default) a :class:`~llmcache.errors.ReplayInputError`
-    then names them all; with ``strict=False`` they are skipped and counted, and the good
-    lines are used."""
+    ``model``/``params``, ``other_answers`` (the model's further answers to the same prompt),
+    ``prompt_tokens`` and ``completion_tokens`` are optional; blank lines are ignored; a
+    ``.gz`` file is read uncompressed. Every line is read: a malformed one is kept as a
+    problem with its number, and with ``strict`` (the default) a
+    :class:`~llmcache.errors.ReplayInputError` then names them all; with ``strict=False``
+    they are skipped and counted, and the good lines are used."""
     where = Path(path)
     calls: list[ReplayCall] = []
     problems: list[tuple[int, str]] = []
     try:
-        text = where.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = "".join(_lines(where))
+    except (OSError, UnicodeDecodeError, EOFError) as exc:  # a damaged .gz too
         raise ReplayInputError(str(where), [(0, f"cannot read the file: {exc}")], 0) from None
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -151,7 +151,8 @@ def test_a_replay_grades_served_answers_by_the_truth_and_lists_the_wrong_ones() 
     # Pairs of consecutive answers to one prompt: (2, 3) agrees within 1, (3, 2) too.
     assert (figures.pairs, figures.pairs_agree) == (2, 2)
     assert figures.excess == pytest.approx(100 / 3)
-    assert figures.excess_upper is not None and figures.excess_upper > figures.excess
+    assert figures.excess_upper is not None and figures.excess is not None
+    assert figures.excess_upper > figures.excess
     assert 0 < figures.cost_cut < 1
     summary = report.summary()
     assert {"calls", "served", "cost_cut", "excess", "excess_upper"} <= set(summary)
@@ -171,6 +172,12 @@ def test_recorded_hits_are_left_out_and_counted(tmp_path: Path) -> None:
     assert len(read.calls) == outcomes.count("miss")
     assert read.skipped.pop("unreadable line") == 1
     assert sum(read.skipped.values()) == outcomes.count("hit") > 0
+    # Compressed for committing, it reads the same.
+    import gzip
+
+    packed = tmp_path / "day.jsonl.gz"
+    packed.write_bytes(gzip.compress(recording.read_bytes()))
+    assert read_recording(packed).calls == read.calls
 
 
 def test_the_importer_names_every_malformed_line_and_keeps_every_good_one(
@@ -222,3 +229,41 @@ def test_stored_embeddings_are_computed_once_and_kept_on_disk(tmp_path: Path) ->
     damaged = StoredEmbedder(HashEmbedder(), tmp_path)
     assert len(damaged) == 0
     assert (damaged.embed(["a walk"]) == vectors[1:]).all() and damaged.computed == 1
+
+
+def test_a_call_s_own_other_answers_join_its_spread_and_its_pairs(tmp_path: Path) -> None:
+    calls = [
+        _call("p", "3").model_copy(update={"other_answers": ["7", "8"]}),
+        _call("q", "9"),
+        _call("p", "4"),
+    ]
+    ask = {"model": "m", "messages": [{"role": "user", "content": "p"}]}
+    upstream = RecordedUpstream(calls, seed=2)
+    upstream.ask(0)
+    assert upstream.chat.completions.create(**ask).choices[0].message.content == "3"
+    drawn = {upstream.chat.completions.create(**ask).choices[0].message.content for _ in range(60)}
+    assert drawn == {"7", "8", "4"}  # its own further answers and the other call's, never q's
+    # The other call draws from its prompt's other call only: 3 (not 3's further answers).
+    upstream.ask(2)
+    upstream.chat.completions.create(**ask)
+    assert {upstream.chat.completions.create(**ask).choices[0].message.content
+            for _ in range(20)} == {"3"}  # fmt: skip
+    # Pairs: (3, 7) and (3, 8) of the call's own answers disagree within 1, (3, 4) agrees.
+    report = replay(calls, CacheConfig(mode=Mode.OFF), embedder=HashEmbedder())
+    assert (report.categories["importance"].pairs, report.categories["importance"].pairs_agree) == (
+        3,
+        1,
+    )
+    # Read from a plain (gzip-compressed) file; a bad list is refused with its line.
+    import gzip
+
+    line = {"category": "importance", "prompt": "p", "answer": "3", "other_answers": ["7"]}
+    path = tmp_path / "calls.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n" + json.dumps({**line, "other_answers": "7"}) + "\n")
+    with pytest.raises(ReplayInputError, match="line 2: other_answers"):
+        read_calls(path)
+    assert read_calls(path, strict=False).calls[0].other_answers == ["7"]
+    (tmp_path / "torn.jsonl.gz").write_bytes(gzip.compress(b"{}")[:8])
+    with pytest.raises(ReplayInputError, match="cannot read"):
+        read_calls(tmp_path / "torn.jsonl.gz")

@@ -28,6 +28,7 @@ STUDIES = {
     "experiments._cost_study",
     "experiments._judged",
     "experiments._quality",
+    "experiments._replay_study",
     "experiments._retrieval",
 }
 

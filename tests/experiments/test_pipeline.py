@@ -116,6 +116,9 @@ def stand_in() -> _StandIn:
 def study_dir(tmp_path_factory: pytest.TempPathFactory, stand_in: _StandIn) -> Path:
     out = tmp_path_factory.mktemp("study")
     study = Study(TINY, out, progress=False, embedder=HashEmbedder(), _conn=stand_in)  # type: ignore[arg-type]
+    # The replay study on the small committed recording, without the shared agent's day.
+    study.recording = Path(__file__).parent / "data" / "replay_recording"
+    study.park = None
     reproduce(study)
     write_report(
         out,

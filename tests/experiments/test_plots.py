@@ -228,6 +228,7 @@ def test_public_api() -> None:
         "plot_cost",
         "plot_observed",
         "plot_quality",
+        "plot_replay_study",
         "plot_saturation",
         "plot_similarity",
     ]

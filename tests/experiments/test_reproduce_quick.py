@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from experiments._results import (
-    BudgetResult,
     CollectResult,
     CorrelationResult,
     CostResult,
+    ReplayStudyResult,
     load_result,
 )
 from llmcache.llm import DEFAULT_MODEL, LocalServerError, find_llama_server, find_model
@@ -45,7 +45,7 @@ FIGURES = (
     "compare",
     "cost",
     "quality",
-    "budget",
+    "replay_study",
 )
 
 
@@ -98,13 +98,12 @@ def test_quick_profile_reproduces_everything(tmp_path: Path) -> None:
     assert "cost of a held-out run" in proc.stdout and "report:" in proc.stdout
     assert "acceptable answers in serve mode" in proc.stdout
     assert "**Headline**" in report and "pairwise" in report
-    # The wrong-hit budget answered the held-out run online, every query accounted for, and
-    # the model answered a sample of the served queries again to pair with them.
-    budget = load_result(BudgetResult, out / "budget.json")
-    held_out = collect.runs[-1].prompts_kept
-    assert all(r.groups["all"].queries == held_out for r in budget.runs)
-    assert {r.config for r in budget.runs} == {"budget", "static", "serve", "random"}
-    serve = next(r for r in budget.runs if r.config == "serve").groups["all"]
-    assert serve.hits > 0 and serve.paired.pairs > 0 and budget.reanswers_asked > 0
-    assert "over the model's own second answers" in proc.stdout
-    assert "## Wrong-hit budget" in report and "over the model's own variability" in report
+    # The quick profile's quality evidence is the replay study (no LLM; the live budget step,
+    # which asks the model again, runs in the standard and full profiles): the committed
+    # recording tuned on runs 1-2, reported on run 3, and the report's headline is its.
+    assert not (out / "budget.json").exists()
+    replayed = load_result(ReplayStudyResult, out / "replay_study.json")
+    town = replayed.beds[0]
+    assert town.check_calls > 0 and {r.config for r in town.rows} >= {"tuned", "serve", "random"}
+    assert "replay study, the report's headline:" in proc.stdout
+    assert "**Headline** (replay study)" in report and report.count("**Headline**") == 1

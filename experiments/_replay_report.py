@@ -1,0 +1,258 @@
+"""The replay study's part of ``report.md``: every sentence computed from its result."""
+
+from __future__ import annotations
+
+from llmcache.replay import Figures
+
+from ._results import ReplayBed, ReplayRow, ReplayStudyResult
+
+__all__ = ["COST_GOAL", "headline", "replay_lines"]
+
+#: The issue's goals for the town's recording: the overall cost cut, and the served answers
+#: a category needs before its own bound is held to δ.
+COST_GOAL = 0.60
+MIN_SERVED = 50
+_NAMES = {
+    "tuned": "tuned",
+    "static": "static default",
+    "serve": "serve mode",
+    "random": "random answer",
+}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _pts(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1f}"
+
+
+def _excess(f: Figures) -> str:
+    if not f.served:
+        return "- (nothing served)"
+    return f"{_pts(f.excess)} [{_pts(f.excess_low)}, {_pts(f.excess_upper)}]"
+
+
+def _agree(f: Figures) -> str:
+    return "-" if f.agreement is None else f"{_pct(f.agreement)} of {f.pairs}"
+
+
+def _row(bed: ReplayBed, mode: str, config: str) -> ReplayRow | None:
+    return next((r for r in bed.rows if r.mode == mode and r.config == config), None)
+
+
+def _best_tuned(bed: ReplayBed) -> ReplayRow | None:
+    tuned = [r for r in bed.rows if r.config == "tuned"]
+    return max(tuned, key=lambda r: r.overall.cost_cut, default=None)
+
+
+def headline(result: ReplayStudyResult) -> str | None:
+    """The study's headline: the town recording's best tuned mode on the held-out run, beside
+    the static default, serve mode and a random answer, the model named."""
+    bed = next((b for b in result.beds if b.name == "town"), None)
+    best = None if bed is None else _best_tuned(bed)
+    if bed is None or best is None:
+        return None
+    o = best.overall
+    parts = [
+        f"on {bed.model}'s answers ({bed.split}), settings tuned for an excess bound of "
+        f"{100 * result.delta:g} points cut the held-out run's cost by {_pct(o.cost_cut)} "
+        f"({best.mode} mode, {o.served} of {o.calls} served, excess {_excess(o)} points over "
+        "the model's own second answers)"
+    ]
+    static = _row(bed, best.mode, "static")
+    serve = _row(bed, best.mode, "serve")
+    rnd = _row(bed, "-", "random")
+    if static is not None:
+        parts.append(
+            f"the static default threshold {_pct(static.overall.cost_cut)} "
+            f"(excess {_excess(static.overall)})"
+        )
+    if serve is not None:
+        parts.append(f"serve mode {_pct(serve.overall.cost_cut)} (excess {_excess(serve.overall)})")
+    if rnd is not None:
+        parts.append(f"a random same-table answer: excess {_excess(rnd.overall)}")
+    return "; ".join(parts) + "."
+
+
+def _goal_lines(result: ReplayStudyResult, bed: ReplayBed) -> list[str]:
+    """Where the town's tuned settings meet the issue's goals, and where we are worse."""
+    lines = []
+    delta = 100 * result.delta
+    for row in (r for r in bed.rows if r.config == "tuned"):
+        o = row.overall
+        bounded = o.excess_upper is not None and o.excess_upper <= delta
+        cut_ok = o.cost_cut >= COST_GOAL
+        verdict = (
+            "meets the goal"
+            if bounded and cut_ok
+            else "misses the goal: "
+            + ", ".join(
+                ([] if cut_ok else [f"cost cut {_pct(o.cost_cut)} < {_pct(COST_GOAL)}"])
+                + (
+                    []
+                    if bounded
+                    else ["nothing served"]
+                    if not o.served
+                    else [f"excess upper bound {_pts(o.excess_upper)} > {delta:g} points"]
+                )
+            )
+        )
+        lines.append(
+            f"{row.mode} mode, tuned: overall cost cut {_pct(o.cost_cut)} with the excess's "
+            f"95% upper bound at {_pts(o.excess_upper)} points ({verdict}; goal: at least "
+            f"{_pct(COST_GOAL)} at most {delta:g} points)."
+        )
+        for name, f in row.categories.items():
+            if f.served < MIN_SERVED:
+                continue
+            if f.excess_upper is not None and f.excess_upper > delta:
+                lines.append(
+                    f"{row.mode} mode, {name}: {f.served} served with an excess upper bound of "
+                    f"{_pts(f.excess_upper)} points, above {delta:g}: worse than the goal."
+                )
+    return lines
+
+
+def _baseline_lines(bed: ReplayBed) -> list[str]:
+    """Serve mode against a random answer, and what the excess is measured against."""
+    lines = []
+    serve = [r for r in bed.rows if r.config == "serve"]
+    rnd = _row(bed, "-", "random")
+    if rnd is not None and rnd.overall.served:
+        for row in serve:
+            s, r = row.overall, rnd.overall
+            if s.served and s.excess_low is not None and r.excess_upper is not None:
+                if s.excess_low > r.excess_upper:
+                    lines.append(
+                        f"{row.mode} serve mode is worse than a random same-table answer "
+                        f"(excess {_excess(s)} against {_excess(r)})."
+                    )
+                elif (
+                    s.excess_upper is not None
+                    and r.excess_low is not None
+                    and (s.excess_upper < r.excess_low)
+                ):
+                    lines.append(
+                        f"{row.mode} serve mode is better than a random same-table answer "
+                        f"(excess {_excess(s)} against {_excess(r)})."
+                    )
+                else:
+                    lines.append(
+                        f"{row.mode} serve mode cannot be told from a random same-table answer "
+                        f"here (excess {_excess(s)} against {_excess(r)}: the intervals overlap)."
+                    )
+    own = _row(bed, "-", "random")
+    alone = [] if own is None else [c for c, f in own.categories.items() if f.pairs == 0]
+    if alone:
+        lines.append(
+            f"No second answer to the same prompt in the held-out part for {', '.join(alone)}: "
+            "there the excess is over no measured spread (the model's own disagreement "
+            "taken as 0), which makes the cache look worse than it is."
+        )
+    return lines
+
+
+def _bed_table(bed: ReplayBed) -> list[str]:
+    head = (
+        "| mode | configuration | category | calls | served | cost cut | acceptable "
+        "| model agrees | excess, points [95%] |"
+    )
+    lines = [head, "|" + "---|" * 9]
+    for row in bed.rows:
+        for name, f in [*row.categories.items(), ("all", row.overall)]:
+            ok = f"{f.acceptable}/{f.served}" if f.served else "-"
+            lines.append(
+                f"| {row.mode} | {_NAMES[row.config]} | {name} | {f.calls} | {f.served} | "
+                f"{_pct(f.cost_cut)} | {ok} | {_agree(f)} | {_excess(f)} |"
+            )
+    return lines
+
+
+def _settings(bed: ReplayBed) -> list[str]:
+    out = []
+    for row in bed.rows:
+        if row.config == "tuned" and row.settings:
+            chosen = "; ".join(f"{c}: {s}" for c, s in row.settings.items())
+            out.append(f"- {row.mode} mode, chosen per category: {chosen}")
+    return out
+
+
+def _sample_lines(result: ReplayStudyResult) -> list[str]:
+    lines = []
+    for category, samples in result.samples.items():
+        shown = "; ".join(
+            f"{s.agent} on “{_short(', '.join(s.keywords))}”: `{_short(s.answer)}`" for s in samples
+        )
+        lines.append(f"- {category} ({result.answers.get(category, 0)} answers): {shown}")
+    echoes = sum(result.placeholder_echoes.values())
+    broken = sum(result.degenerate.values())
+    total = sum(result.answers.values())
+    where = ", ".join(f"{c} {n}" for c, n in result.placeholder_echoes.items() if n) or "none"
+    degenerate_where = ", ".join(f"{c} {n}" for c, n in result.degenerate.items() if n) or "none"
+    lines.append(
+        f"- Of the held-out run's {total} answers, {echoes} echo their format's placeholder or "
+        f"literal (by category: {where}) and {broken} are degenerate (a list of numbers, "
+        f"runaway repetition; by category: {degenerate_where})."
+    )
+    return lines
+
+
+def _short(text: str, width: int = 90) -> str:
+    flat = " ".join(text.split()).replace("|", "\\|").replace("`", "'")
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def replay_lines(result: ReplayStudyResult) -> list[str]:
+    """The section's lines, the headline first."""
+    top = headline(result)
+    lines = [
+        "**Headline** (replay study): " + (top or "no town recording was replayed."),
+        "",
+        "Each recording is replayed through the real cache with no LLM in the loop "
+        "(`python -m experiments replay-study`; `llmcache.replay`): settings are tuned per "
+        f"category on the first part for an excess at most {100 * result.delta:g} points "
+        "(`llmcache.replay.tune`), and every configuration is reported on the held-out part "
+        "beside the static default threshold, serve mode (every query whose table has an "
+        "entry answered with its nearest, the tables holding every answer of the tuning "
+        "part) and a random same-table answer. The excess is the served answers' "
+        "unacceptable share minus the model's own disagreement with its second answers to "
+        f"the same prompts, with its 95% interval. It took {result.seconds:.0f} s.",
+    ]
+    for bed in result.beds:
+        lines += [
+            "",
+            f"### {bed.name.capitalize()}: {bed.model}",
+            "",
+            f"{bed.source}; {bed.split} ({bed.tune_calls} calls to tune on, "
+            f"{bed.check_calls} held out); served answers graded by {bed.equivalence}.",
+            "",
+        ]
+        calls = bed.tune_calls + bed.check_calls
+        if bed.requirements_found is not None and bed.requirements_found < calls:
+            lines.append(
+                f"- Only {bed.requirements_found} of the {calls} calls were found in the town's "
+                "runs: the others' answers are compared as written (an option named by its "
+                "number is not read as the option it names)."
+            )
+        if bed.name == "town":
+            lines += [f"- {line}" for line in _goal_lines(result, bed)]
+        else:
+            for row in (r for r in bed.rows if r.config == "tuned"):
+                lines.append(
+                    f"- {row.mode} mode, tuned: cost cut {_pct(row.overall.cost_cut)}, "
+                    f"{row.overall.served} of {row.overall.calls} served, excess "
+                    f"{_excess(row.overall)} points."
+                )
+        lines += [f"- {line}" for line in _baseline_lines(bed)]
+        lines += _settings(bed)
+        lines += ["", *_bed_table(bed)]
+    if result.samples:
+        lines += [
+            "",
+            "### The held-out run's answers, for a reader to judge",
+            "",
+            *_sample_lines(result),
+        ]
+    return lines

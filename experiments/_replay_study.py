@@ -1,0 +1,617 @@
+"""The replay study: the quality figures as replays of a recording, no LLM in the loop.
+
+A recording is the town's prompts answered by one model (``run1.jsonl.gz`` … ``run3.jsonl.gz``
+of :class:`~llmcache.replay.ReplayCall` lines, each with the model's second answer to the same
+prompt in ``other_answers`` where it was asked twice, and a ``provenance.json`` naming the
+model). Its three runs are replayed in order through the real cache
+(:func:`llmcache.replay.replay`, the recording answering as the model): settings are chosen on
+runs 1-2 and reported on run 3 (:func:`llmcache.replay.tune`, its check part being run 3),
+per embedding mode, beside
+
+- **static**: the library's static default threshold;
+- **serve**: serve mode, every query whose table has an entry answered from it, the tables
+  holding every answer of runs 1-2 (the study's operating point);
+- **random**: a random answer of the same table instead of the nearest (the baseline).
+
+Every served answer is graded against the call's true answer by its category's own
+acceptability (:meth:`agent_core.Template.acceptable`); the excess is over the model's own
+second answers (:class:`llmcache.replay.Figures`). Options a query names by number are read as
+the option they name before anything is compared, so that an answer means the same for every
+query (the query's requirements are found in the town's runs the recording was made from).
+
+Beside the town, the same table on the shared agent's day (``park_demo_isabella``: the ratings
+gpt-3.5-turbo really gave, "within 1"), split by time: the one bed where the model is known to
+tell good from random.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from agent_core import TextAgreement, TownCall, template
+from agent_core.llm import cache_config
+from agent_core.text import copies_placeholder, degenerate, format_literals, placeholder_patterns
+from agent_core.tolerance import DEFAULT_TEXT_BOUND
+from llmcache import CacheConfig, CacheOptions, CategoryPolicy, EmbedMode
+from llmcache.embedders import Embedder, StoredEmbedder, embedding_text
+from llmcache.replay import (
+    CallResult,
+    Figures,
+    ReplayCall,
+    check_mask,
+    embedding_texts,
+    figures,
+    read_calls,
+    replay,
+    tune,
+)
+from llmcache.types import PriceTable, Usage
+from llmcache.verification import Within
+
+from ._collect import dataset_paths
+from ._data import Prompt, load_run, messages_key
+from ._results import AnswerSample, ReplayBed, ReplayRow, ReplayStudyResult
+
+__all__ = [
+    "DEFAULT_RECORDING",
+    "DEFAULT_STUDY_THRESHOLDS",
+    "PARK",
+    "RECORDED_CATEGORIES",
+    "STATIC_THRESHOLD",
+    "TOWN_RUNS",
+    "read_recording_dir",
+    "replay_study",
+    "town_calls",
+    "write_recording",
+]
+
+_ROOT = Path(__file__).resolve().parents[1]
+#: Where the committed recording is (``run<n>.jsonl.gz`` and ``provenance.json``).
+DEFAULT_RECORDING = _ROOT / "docs" / "results" / "recording"
+#: The town's committed standard runs: what the recording's prompts were taken from.
+TOWN_RUNS = _ROOT / "docs" / "results" / "standard" / "data"
+#: The categories a recording of the town holds at least.
+RECORDED_CATEGORIES = ("importance score", "finding location", "actor reaction", "agent reaction")
+#: The shared agent's day (``../shared/benchmarks/park_demo_isabella`` beside the repository).
+PARK = _ROOT.parent / "shared" / "benchmarks" / "park_demo_isabella"
+#: The thresholds tuning tries, each one replay of the whole recording per mode (the
+#: library's default grid has 20: a replay of a few thousand calls takes a minute on 2 shared
+#: cores, and the study is to stay within minutes).
+DEFAULT_STUDY_THRESHOLDS: tuple[float, ...] = (0.80, 0.85, 0.90, 0.93, 0.96, 0.98)
+_SAMPLES = 3
+#: The library's static default threshold (raw cosine) as the town configures it: the
+#: comparison every tuned setting is read against.
+STATIC_THRESHOLD = cache_config().threshold
+
+
+def _shown(path: Path) -> str:
+    """A path as the report shows it: relative to the repository where it is inside it (never
+    a machine's own path)."""
+    try:
+        return str(path.resolve().relative_to(_ROOT)) + "/"
+    except ValueError:
+        return path.name + "/"
+
+
+def _town_paths(directory: Path) -> dict[int, Path]:
+    out = {}
+    for n in range(1, 100):
+        path = dataset_paths(directory, n)[0]
+        if not path.exists():
+            break
+        out[n] = path
+    return out
+
+
+def _town_call(prompt: Prompt | None) -> TownCall | None:
+    if prompt is None:
+        return None
+    try:
+        return prompt.call()
+    except (KeyError, ValueError):  # metadata of another version of the town: compared raw
+        return None
+
+
+def _park_calls(folder: Path) -> list[ReplayCall]:
+    """The shared agent's rated memories as calls, built where the benchmarks build them
+    (``benchmarks/park_calls.py``: one place for Park's prompts)."""
+    spec = importlib.util.spec_from_file_location(
+        "_park_calls", _ROOT / "benchmarks" / "park_calls.py"
+    )
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError("benchmarks/park_calls.py is missing")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    calls: list[ReplayCall] = module.park_calls(folder)
+    return calls
+
+
+_within_one = Within(1)
+
+
+# -- the recording ----------------------------------------------------------------------------
+
+
+def town_calls(
+    prompts: Iterable[Prompt], categories: Sequence[str] | None = RECORDED_CATEGORIES
+) -> list[ReplayCall]:
+    """A town run's kept prompts as replayable calls (one answer each: the run's own), in the
+    order asked; ``categories``: only these (``None``: all)."""
+    return [
+        ReplayCall(
+            category=p.category,
+            agent=p.agent,
+            messages=p.messages,
+            keywords=p.keywords,
+            answer=p.response,
+            time=float(p.elapsed_minutes * 60),
+            params={"model": p.model},
+            prompt_tokens=p.prompt_tokens,
+            completion_tokens=p.completion_tokens,
+        )
+        for p in prompts
+        if categories is None or p.category in categories
+    ]
+
+
+def write_recording(
+    runs: Mapping[int, Sequence[ReplayCall]], directory: Path, provenance: Mapping[str, Any]
+) -> Path:
+    """Write a recording: ``run<n>.jsonl.gz`` per run and ``provenance.json``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for n, calls in runs.items():
+        with gzip.open(directory / f"run{n}.jsonl.gz", "wt", encoding="utf-8") as out:
+            for call in calls:
+                out.write(call.model_dump_json(exclude_defaults=True) + "\n")
+    (directory / "provenance.json").write_text(json.dumps(dict(provenance), indent=1) + "\n")
+    return directory
+
+
+def _model_of(runs: Mapping[int, Sequence[ReplayCall]], provenance: Mapping[str, Any]) -> str:
+    named = provenance.get("model")
+    if isinstance(named, str) and named:
+        return named
+    counts = Counter(c.model for calls in runs.values() for c in calls)
+    return counts.most_common(1)[0][0] if counts else "unknown"
+
+
+def read_recording_dir(directory: Path) -> tuple[dict[int, list[ReplayCall]], dict[str, Any]]:
+    """The runs of a recording (``run1.jsonl[.gz]`` …, read strictly: a malformed line is an
+    error naming it) and its provenance (``{}`` without a ``provenance.json``)."""
+    runs: dict[int, list[ReplayCall]] = {}
+    for n in range(1, 100):
+        path = next(
+            (
+                p
+                for p in (directory / f"run{n}.jsonl.gz", directory / f"run{n}.jsonl")
+                if p.exists()
+            ),
+            None,
+        )
+        if path is None:
+            break
+        runs[n] = read_calls(path).calls
+    if len(runs) < 2:
+        raise FileNotFoundError(
+            f"{directory} holds no recording: run1.jsonl.gz, run2.jsonl.gz, … are needed"
+        )
+    where = directory / "provenance.json"
+    provenance = json.loads(where.read_text(encoding="utf-8")) if where.exists() else {}
+    return runs, provenance if isinstance(provenance, dict) else {}
+
+
+def _dev_recording(town_runs: Mapping[int, Sequence[Prompt]]) -> dict[int, list[ReplayCall]]:
+    return {n: town_calls(prompts) for n, prompts in town_runs.items()}
+
+
+# -- grading ----------------------------------------------------------------------------------
+
+
+class _Similarity:
+    """Cosine of two texts by the study's embedder (for the text tolerances)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+
+    def __call__(self, a: str, b: str) -> float:
+        va, vb = self._embedder.embed([a, b])
+        return float(np.clip(np.dot(va, vb), -1.0, 1.0))
+
+
+def _equivalence(category: str, text: TextAgreement) -> Callable[[str, str], bool]:
+    t = template(category)
+
+    def same(served: str, truth: str) -> bool:
+        try:
+            return t.acceptable(served, truth, text=text).acceptable
+        except ValueError:  # an answer that does not parse is not the same answer
+            return False
+
+    return same
+
+
+def _canonical(call: ReplayCall, town: TownCall | None) -> ReplayCall:
+    """``call`` with its answers as the validated responses they are for this query (an option
+    named by its number becomes the option's text), so that a served answer means the same
+    for the query it is served to. An answer that does not validate is kept as it is."""
+    if town is None:
+        return call
+
+    def one(text: str) -> str:
+        try:
+            return str(town.template.parse(text, town.requirements).model_dump_json())
+        except ValueError:
+            return text
+
+    return call.model_copy(
+        update={"answer": one(call.answer), "other_answers": [one(a) for a in call.other_answers]}
+    )
+
+
+def _echoes(category: str, answer: str) -> tuple[bool, bool]:
+    """(a placeholder or literal of the format echoed, a degenerate text) in ``answer``."""
+    t = template(category)
+    try:
+        value: Any = json.loads(answer)
+    except ValueError:
+        value = answer
+    strings: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, str):
+            strings.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(value)
+    patterns = placeholder_patterns(t.answer_format)
+    literals = format_literals(t.answer_format)
+    echo = any(
+        copies_placeholder(s, patterns) or any(lit in s for lit in literals) for s in strings
+    )
+    return echo, any(degenerate(s) is not None for s in strings)
+
+
+# -- the configurations -----------------------------------------------------------------------
+
+
+def _figures_of(
+    results: Sequence[CallResult],
+    calls: Sequence[ReplayCall],
+    mask: Sequence[bool],
+    equivalences: Mapping[str, Callable[[str, str], bool]],
+) -> tuple[Figures, dict[str, Figures]]:
+    """Overall and per-category figures of the checked calls (``mask``)."""
+    idx = [i for i in range(len(calls)) if mask[i]]
+    by_category: dict[str, list[int]] = defaultdict(list)
+    for i in idx:
+        by_category[calls[i].category].append(i)
+    overall = figures([results[i] for i in idx], [calls[i] for i in idx], equivalences)
+    per = {
+        c: figures([results[i] for i in ids], [calls[i] for i in ids], equivalences)
+        for c, ids in sorted(by_category.items())
+    }
+    return overall, per
+
+
+def _text(call: ReplayCall, mode: EmbedMode) -> str:
+    """The text the cache looks ``call`` up by in ``mode`` (a call without keywords: its
+    whole prompt, as :func:`llmcache.replay.replay` does)."""
+    keywords = [k for k in call.keywords or [] if k.strip()]
+    if mode is EmbedMode.KEYWORD and keywords:
+        options = CacheOptions(category=call.category, agent=call.agent, keywords=tuple(keywords))
+        return embedding_text(EmbedMode.KEYWORD, options, call.messages)
+    options = CacheOptions(category=call.category, agent=call.agent, embed=EmbedMode.FULL)
+    return embedding_text(EmbedMode.FULL, options, call.messages)
+
+
+def _table_answers(
+    calls: Sequence[ReplayCall],
+    mask: Sequence[bool],
+    embedder: Embedder,
+    mode: EmbedMode | None,
+    equivalences: Mapping[str, Callable[[str, str], bool]],
+    prices: PriceTable,
+    seed: int,
+) -> list[CallResult]:
+    """Serve mode (``mode``: the nearest entry of the query's table by that embedding) or a
+    random same-table answer (``mode`` ``None``). The tables hold every answer of the tune
+    part (``mask`` false), as a table run fills them, and of the checked calls those a
+    serve-mode cache stores: the misses, whose table was empty, paid at their recorded
+    tokens."""
+    rng = random.Random(f"{seed}:random-answer")
+    tables: dict[tuple[str, str], list[int]] = defaultdict(list)
+    vectors: NDArray[np.float32] | None = None
+    if mode is not None:
+        vectors = np.asarray(embedder.embed([_text(c, mode) for c in calls]), dtype=np.float32)
+    out: list[CallResult] = []
+    for i, call in enumerate(calls):
+        table = tables[(call.category, call.agent)]
+        cost = prices.cost(
+            call.model,
+            Usage(prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens),
+        )
+        served: str | None = None
+        cosine: float | None = None
+        if table:
+            if vectors is None:
+                j = rng.choice(table)
+            else:
+                sims = vectors[table] @ vectors[i]
+                k = int(np.argmax(sims))
+                j, cosine = table[k], float(sims[k])
+            served = calls[j].answer
+        if served is None or not mask[i]:
+            table.append(i)  # what a serve-mode cache stores: what it did not serve
+        out.append(
+            CallResult(
+                index=i,
+                category=call.category,
+                agent=call.agent,
+                outcome="miss" if served is None else "hit",
+                cosine=cosine,
+                query="",
+                served=served,
+                truth=call.answer,
+                acceptable=(
+                    None if served is None else equivalences[call.category](served, call.answer)
+                ),
+                cost_usd=cost if served is None else 0.0,
+                baseline_usd=cost,
+            )
+        )
+    return out
+
+
+def _bed(
+    bed: str,
+    calls: Sequence[ReplayCall],
+    mask: Sequence[bool],
+    equivalences: Mapping[str, Callable[[str, str], bool]],
+    *,
+    embedder: StoredEmbedder,
+    modes: Sequence[EmbedMode],
+    delta: float,
+    thresholds: Sequence[float],
+    seed: int,
+) -> list[ReplayRow]:
+    """Every configuration's figures on the checked calls of ``calls``."""
+    checked = sum(mask)
+    prices = PriceTable()
+    base = CacheConfig(
+        categories={c: CategoryPolicy(equivalence=e) for c, e in equivalences.items()}
+    )
+    texts = embedding_texts(calls, modes)
+    for i in range(0, len(texts), 256):  # in batches, each text once for every replay
+        embedder.embed(texts[i : i + 256])
+    rows: list[ReplayRow] = []
+    for mode in modes:
+        tuned = tune(
+            calls,
+            delta=delta,
+            split="time",
+            check_fraction=checked / len(calls),
+            thresholds=thresholds,
+            embeds=(mode,),
+            base=base,
+            embedder=embedder,
+            seed=seed,
+            prices=prices,
+        )
+        rows.append(
+            ReplayRow(
+                bed=bed,
+                mode=mode.value,
+                config="tuned",
+                overall=tuned.check.overall,
+                categories=dict(sorted(tuned.check.categories.items())),
+                settings={
+                    c: ch.setting.describe() if ch.setting is not None else f"uncached ({ch.why})"
+                    for c, ch in sorted(tuned.choices.items())
+                },
+            )
+        )
+        static = replay(
+            calls,
+            base.updated(embed=mode, threshold=STATIC_THRESHOLD),
+            embedder=embedder,
+            seed=seed,
+            prices=prices,
+        )
+        overall, per = _figures_of(static.results, calls, mask, equivalences)
+        rows.append(
+            ReplayRow(
+                bed=bed,
+                mode=mode.value,
+                config="static",
+                overall=overall,
+                categories=per,
+                settings={"all": f"{mode.value} mode, threshold {STATIC_THRESHOLD:.2f}"},
+            )
+        )
+        served = _table_answers(calls, mask, embedder, mode, equivalences, prices, seed)
+        overall, per = _figures_of(served, calls, mask, equivalences)
+        rows.append(
+            ReplayRow(bed=bed, mode=mode.value, config="serve", overall=overall, categories=per)
+        )
+    drawn = _table_answers(calls, mask, embedder, None, equivalences, prices, seed)
+    overall, per = _figures_of(drawn, calls, mask, equivalences)
+    rows.append(ReplayRow(bed=bed, mode="-", config="random", overall=overall, categories=per))
+    return rows
+
+
+def _samples(
+    calls: Sequence[ReplayCall], n: int, seed: int
+) -> tuple[dict[str, list[AnswerSample]], dict[str, int], dict[str, int], dict[str, int]]:
+    """Per category of the held-out run: a seeded sample of its answers, how many there are,
+    and how many echo their format's placeholder or are degenerate."""
+    by_category: dict[str, list[ReplayCall]] = defaultdict(list)
+    for call in calls:
+        by_category[call.category].append(call)
+    samples: dict[str, list[AnswerSample]] = {}
+    counts: dict[str, int] = {}
+    echoes: dict[str, int] = {}
+    broken: dict[str, int] = {}
+    for category, group in sorted(by_category.items()):
+        rng = random.Random(f"{seed}:{category}:sample")
+        picked = rng.sample(group, min(n, len(group)))
+        samples[category] = [
+            AnswerSample(agent=c.agent, keywords=list(c.keywords or []), answer=c.answer)
+            for c in picked
+        ]
+        counts[category] = len(group)
+        flags = [_echoes(category, c.answer) for c in group]
+        echoes[category] = sum(e for e, _ in flags)
+        broken[category] = sum(d for _, d in flags)
+    return samples, counts, echoes, broken
+
+
+def _stream(runs: Mapping[int, Sequence[ReplayCall]]) -> tuple[list[ReplayCall], list[bool]]:
+    """The runs one after another (each call's time its place in the stream), and which calls
+    are the last run's (the check part)."""
+    last = max(runs)
+    calls: list[ReplayCall] = []
+    mask: list[bool] = []
+    for n in sorted(runs):
+        for call in runs[n]:
+            calls.append(call.model_copy(update={"time": float(len(calls))}))
+            mask.append(n == last)
+    # tune's time split must cut exactly there: the check part is the last run's calls.
+    assert check_mask(calls, "time", sum(mask) / len(calls)) == mask
+    return calls, mask
+
+
+def replay_study(
+    *,
+    recording: Path | None = None,
+    town_runs: Path = TOWN_RUNS,
+    embedder: Embedder,
+    embeddings: Path | None = None,
+    modes: Sequence[EmbedMode] = (EmbedMode.KEYWORD, EmbedMode.FULL),
+    delta: float = 0.05,
+    thresholds: Sequence[float] = DEFAULT_STUDY_THRESHOLDS,
+    park: Path | None = PARK,
+    agents: Sequence[str] | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> ReplayStudyResult:
+    """The replay study (see the module docstring) of the recording in ``recording`` (a
+    directory; ``None``: the committed one, :data:`DEFAULT_RECORDING`, and while there is
+    none, the town runs' own answers, one each, as the recording),
+    the queries' requirements read from the town runs in ``town_runs``; beside it the shared
+    agent's day from ``park`` when that folder exists. ``embeddings``: where the embedded
+    texts are kept between runs. ``agents``: only the calls of these agents (their tables
+    whole), for a shorter study."""
+    started = time.perf_counter()
+    say = progress or (lambda _: None)
+    stored = StoredEmbedder(embedder, embeddings)
+    town = {n: load_run(path, n) for n, path in _town_paths(town_runs).items()}
+    if recording is None and any(DEFAULT_RECORDING.glob("run1.jsonl*")):
+        recording = DEFAULT_RECORDING
+    if recording is not None:  # a recording asked for and missing is an error, not a fallback
+        runs, provenance = read_recording_dir(recording)
+        source = f"the recording in {_shown(recording)} ({len(runs)} runs)"
+    else:
+        runs, provenance = _dev_recording(town), {}
+        source = (
+            f"the town's committed runs ({_shown(town_runs)}), one answer each "
+            "(no recording was found)"
+        )
+    model = _model_of(runs, provenance)
+    if agents is not None:
+        kept = set(agents)
+        runs = {n: [c for c in calls if c.agent in kept] for n, calls in runs.items()}
+        if not all(runs.values()):
+            raise ValueError(f"the recording holds no calls of {', '.join(sorted(kept))}")
+        source += f", the calls of {', '.join(sorted(kept))}"
+    known = {messages_key(p.messages): p for prompts in town.values() for p in prompts}
+    found = sum(messages_key(c.messages) in known for calls in runs.values() for c in calls)
+    runs = {
+        n: [_canonical(c, _town_call(known.get(messages_key(c.messages)))) for c in calls]
+        for n, calls in runs.items()
+    }
+    calls, mask = _stream(runs)
+    text = TextAgreement(_Similarity(stored), DEFAULT_TEXT_BOUND)
+    equivalences = {c: _equivalence(c, text) for c in sorted({c.category for c in calls})}
+    say(f"town: {len(calls)} calls, {sum(mask)} of them in run {max(runs)}")
+    rows = _bed(
+        "town",
+        calls,
+        mask,
+        equivalences,
+        embedder=stored,
+        modes=modes,
+        delta=delta,
+        thresholds=thresholds,
+        seed=seed,
+    )
+    held_out = [c for c, m in zip(calls, mask, strict=True) if m]
+    samples, answers, echoes, broken = _samples(held_out, _SAMPLES, seed)
+    beds = [
+        ReplayBed(
+            name="town",
+            source=source,
+            model=model,
+            equivalence="the template's own acceptability (Template.acceptable)",
+            split=f"tuned on runs {', '.join(str(n) for n in sorted(runs)[:-1])}, "
+            f"reported on run {max(runs)}",
+            tune_calls=len(calls) - len(held_out),
+            check_calls=len(held_out),
+            rows=rows,
+            provenance=provenance,
+            requirements_found=found,
+        )
+    ]
+    if park is not None and (park / "nodes.json").exists():
+        park_calls = _park_calls(park)
+        mask = check_mask(park_calls, "time", 0.5)
+        within = {c: _within_one for c in {c.category for c in park_calls}}
+        say(f"shared agent: {len(park_calls)} calls")
+        beds.append(
+            ReplayBed(
+                name="shared agent",
+                source=f"the shared agent's day ({park.name}), Park et al.'s recorded ratings",
+                model="gpt-3.5-turbo",
+                equivalence="within 1",
+                split="by time: tuned on the first half of the day, reported on the second",
+                tune_calls=len(park_calls) - sum(mask),
+                check_calls=sum(mask),
+                rows=_bed(
+                    "shared agent",
+                    park_calls,
+                    mask,
+                    within,
+                    embedder=stored,
+                    modes=modes,
+                    delta=delta,
+                    thresholds=thresholds,
+                    seed=seed,
+                ),
+            )
+        )
+    stored.save()
+    return ReplayStudyResult(
+        delta=delta,
+        seed=seed,
+        beds=beds,
+        samples=samples,
+        answers=answers,
+        placeholder_echoes=echoes,
+        degenerate=broken,
+        seconds=round(time.perf_counter() - started, 1),
+    )
