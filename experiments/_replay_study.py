@@ -520,14 +520,19 @@ def replay_study(
     started = time.perf_counter()
     say = progress or (lambda _: None)
     stored = StoredEmbedder(embedder, embeddings)
-    town = {n: load_run(path, n) for n, path in _town_paths(town_runs).items()}
     if recording is None and any(DEFAULT_RECORDING.glob("run1.jsonl*")):
         recording = DEFAULT_RECORDING
+    provenance: dict[str, Any] = {}
     if recording is not None:  # a recording asked for and missing is an error, not a fallback
         runs, provenance = read_recording_dir(recording)
         source = f"the recording in {_shown(recording)} ({len(runs)} runs)"
-    else:
-        runs, provenance = _dev_recording(town), {}
+        # A recording names the town runs its prompts came from (benchmarks/record_town.py
+        # writes ``source``); their queries hold the requirements the answers are graded by.
+        if town_runs == TOWN_RUNS and isinstance(provenance.get("source"), str):
+            town_runs = _ROOT / provenance["source"]
+    town = {n: load_run(path, n) for n, path in _town_paths(town_runs).items()}
+    if recording is None:
+        runs = _dev_recording(town)
         source = (
             f"the town's committed runs ({_shown(town_runs)}), one answer each "
             "(no recording was found)"
