@@ -103,7 +103,7 @@ def test_quick_profile_reproduces_everything(tmp_path: Path) -> None:
     budget = load_result(BudgetResult, out / "budget.json")
     held_out = collect.runs[-1].prompts_kept
     assert all(r.groups["all"].queries == held_out for r in budget.runs)
-    assert {r.config for r in budget.runs} == {"budget", "static", "serve", "random"}
+    assert {r.config for r in budget.runs} == {"budget", "audit", "static", "serve", "random"}
     serve = next(r for r in budget.runs if r.config == "serve").groups["all"]
     assert serve.hits > 0 and serve.paired.pairs > 0 and budget.reanswers_asked > 0
     assert "over the model's own second answers" in proc.stdout
