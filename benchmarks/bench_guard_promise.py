@@ -17,13 +17,16 @@ Two kinds of stream:
   excess is the plain wrong-hit rate. Seed ``s`` shuffles the order of the asks and seeds the
   cache's draws (``explore_seed``). Embeddings: the default MiniLM, computed once and kept in
   the temp directory.
-- **synthetic**: would-be lookups whose nearest entry's cosine is uniform in [0.8, 1) and is
-  wrong with a known probability by cosine, labelled as the cache labels them (a miss's
-  nearest entry for free, a would-be hit when explored or audited), straight through the
-  guards' decisions (``llmcache._budget``), as ``tests/test_guard_promise.py`` runs them:
-  ``over``, 6.5% wrong at every cosine (no threshold is within δ: a guard that keeps its
-  promise serves nothing, or catches it); ``step``, 1% wrong from 0.96 up and 8% under it
-  (0.96 is within δ, 0.9 is not).
+- **synthetic**: queries whose vectors lie at a cosine uniform in [0.8, 1) from one stored
+  question (in a random direction of the rest of a 64-dimensional space), asked through
+  ``CachedLLM`` in one table (online mode: misses are stored and become neighbours too). Every
+  pair of a stored answer and a query is wrong with a known probability by their cosine, drawn
+  once per pair from the seed (the category's equivalence and the served answers' check read
+  the same draw), so the stream has a known wrong rate by cosine however the table grows:
+  ``over``, 6.5% at every cosine (no threshold is within δ: a guard that keeps its promise
+  serves nothing, or catches it); ``step``, 1% from 0.96 up and 8% under it (0.96 is within δ,
+  0.9 is not). ``tests/test_guard_promise.py`` runs the same profiles straight through the
+  guards' decisions, faster, for CI.
 
 Columns: ``over δ``, runs whose served wrong rate exceeded δ; ``served``, the median served
 hits (and its range); ``wrong %``, the median served wrong rate; for the audit guard
@@ -56,8 +59,6 @@ from dev_set import QUORA, embed_cached  # beside this file
 from numpy.typing import NDArray
 
 from llmcache import CacheConfig, CachedLLM, CacheOptions, Mode, SemanticCache
-from llmcache._audit import audit_probability
-from llmcache._budget import Labels, audit_state, decide, explore_probability
 from llmcache.testing import FakeOpenAI
 
 BUDGET = 0.05
@@ -97,51 +98,105 @@ class Run:
 
 # -- synthetic streams -----------------------------------------------------------------------
 
-
 PROFILES: dict[str, Callable[[float], float]] = {
     "over": lambda cosine: 0.065,
     "step": lambda cosine: 0.01 if cosine >= 0.96 else 0.08,
 }
+DIM = 64
 
 
-def synthetic(seed: int, guard: str, profile: str, n: int, budget: float = BUDGET) -> Run:
-    """One stream of ``n`` would-be lookups through ``guard``'s decisions (module docstring)."""
-    rng = random.Random(seed)
-    labels = Labels()
-    run = Run(asks=n, served=0, wrong=0, llm_calls=0)
+class Planned:
+    """Vectors by name: ``base`` is one axis, query ``i`` lies at its planned cosine from it."""
 
-    def threshold() -> float:
-        if guard == "audit":
-            return audit_state(labels, budget, START, samples=False).threshold
-        return decide(labels, budget).threshold
+    model_id = "planned-v1"
+    dim = DIM
 
-    current = threshold()
-    for _ in range(n):
+    def __init__(self, vectors: dict[str, NDArray[np.float32]]) -> None:
+        self.vectors = vectors
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return np.stack([self.vectors[t] for t in texts])
+
+
+def synthetic(seed: int, guard: str, profile: str, n: int) -> Run:
+    """One seed of a synthetic stream of ``n`` queries through ``guard`` (module docstring)."""
+    rng = np.random.default_rng(seed)
+    base = np.zeros(DIM, dtype=np.float32)
+    base[0] = 1.0
+    vectors = {"base": base}
+    for i in range(n):
         cosine = rng.uniform(0.8, 1.0)
-        wrong = rng.random() < PROFILES[profile](cosine)
-        if cosine >= current:
-            if guard == "audit":
-                checked = rng.random() < audit_probability(labels.audits)
-                labels.audits += checked
-            else:
-                proven = decide(labels, budget).proven
-                checked = rng.random() < explore_probability(labels.explored, proven=proven)
-                labels.explored += checked
-            if not checked:
-                run.served += 1
-                run.wrong += wrong
-                run.served_after += 1
-                run.wrong_after += wrong
-                continue
-        run.llm_calls += 1
-        labels.add(cosine, not wrong)
-        before, current = current, threshold()
-        if guard == "audit" and current > START:
-            labels.shown_over = START  # as the book keeps it: caught stays caught
-        if current != before:
-            run.served_after = run.wrong_after = 0
-    run.audits, run.explored, run.threshold = labels.audits, labels.explored, current
+        away = rng.normal(size=DIM)
+        away[0] = 0.0
+        away /= np.linalg.norm(away)
+        vectors[f"q{i}"] = (cosine * base + np.sqrt(1.0 - cosine**2) * away).astype(np.float32)
+    rate = PROFILES[profile]
+
+    def wrong(entry: str, query: str) -> bool:
+        """Whether ``entry``'s answer is wrong for ``query``: one draw per pair and seed."""
+        if entry == query:
+            return False
+        cosine = float(vectors[entry] @ vectors[query])
+        draw = random.Random(f"{seed}:{entry}:{query}").random()
+        return draw < rate(cosine)
+
+    # The LLM answers each query with its own name; a cached answer names its question.
+    llm = FakeOpenAI(lambda request: request["messages"][0]["content"])
+    # The names are not words: the opposites gate (which refuses "q12" for "q7" as another
+    # number) is not what this measures.
+    config = CacheConfig(
+        threshold=START,
+        guard=guard,
+        wrong_hit_budget=BUDGET,
+        explore_seed=seed,
+        opposites_gate=False,
+    )
+    run = Run(asks=n, served=0, wrong=0, llm_calls=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = SemanticCache(Path(tmp) / "c", embedder=Planned(vectors), config=config)
+        client = CachedLLM(llm, cache=cache)
+
+        def ask(name: str, mode: Mode | None = None) -> tuple[str, Any]:
+            response, info = client.chat.completions.create_with_info(
+                model="m",
+                temperature=0,
+                messages=[{"role": "user", "content": name}],
+                cache=CacheOptions(
+                    category="synthetic",
+                    keywords=[name],
+                    mode=mode,
+                    equivalence=lambda cached, fresh: not wrong(cached, fresh),
+                ),
+            )
+            return response.choices[0].message.content or "", info
+
+        ask("base", Mode.COLLECT)
+        stored_calls = len(llm.calls)
+        tally(run, [(ask(f"q{i}"), f"q{i}") for i in range(n)], wrong)
+        run.llm_calls = len(llm.calls) - stored_calls
+        cache.close()
     return run
+
+
+def tally(
+    run: Run, asked: list[tuple[tuple[str, Any], str]], wrong: Callable[[str, str], bool]
+) -> None:
+    """Count what the guard served, audited and explored, and what it served after its last
+    change of threshold."""
+    last: float | None = None
+    for (content, info), query in asked:
+        if info.threshold != last:
+            last = info.threshold
+            run.served_after = run.wrong_after = 0
+        run.audits += int(info.audited)
+        run.explored += int(info.explored)
+        if info.outcome == "hit":
+            bad = wrong(content, query)
+            run.served += 1
+            run.wrong += bad
+            run.served_after += 1
+            run.wrong_after += bad
+    run.threshold = last or 0.0
 
 
 # -- the development set -----------------------------------------------------------------------
@@ -202,22 +257,8 @@ def quora(pairs: list[tuple[str, str]], embedder: Precomputed, guard: str, seed:
         for i, (a, _) in enumerate(pairs):
             ask(a, i, Mode.COLLECT)
         stored_calls = len(llm.calls)
-        last: float | None = None
-        for i in order:
-            content, info = ask(pairs[i][1], i)
-            if info.threshold != last:
-                last = info.threshold
-                run.served_after = run.wrong_after = 0
-            run.audits += int(info.audited)
-            run.explored += int(info.explored)
-            if info.outcome == "hit":
-                wrong = content != str(i)
-                run.served += 1
-                run.wrong += wrong
-                run.served_after += 1
-                run.wrong_after += wrong
+        tally(run, [(ask(pairs[i][1], i), str(i)) for i in order], lambda served, i: served != i)
         run.llm_calls = len(llm.calls) - stored_calls
-        run.threshold = last or 0.0
         cache.close()
     return run
 
@@ -246,7 +287,7 @@ def main() -> int:
     parser.add_argument("--stream", choices=("both", "quora", "synthetic"), default="both")
     parser.add_argument("--guard", choices=("both", "prove", "audit"), default="both")
     parser.add_argument("--pairs", type=int, default=999, help="quora: duplicate pairs")
-    parser.add_argument("--lookups", type=int, default=3000, help="synthetic: lookups a stream")
+    parser.add_argument("--lookups", type=int, default=2000, help="synthetic: queries a stream")
     parser.add_argument("--data", type=Path, default=QUORA)
     args = parser.parse_args()
     guards = ("prove", "audit") if args.guard == "both" else (args.guard,)
