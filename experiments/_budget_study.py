@@ -10,6 +10,11 @@ the town asked it, goes through :class:`~llmcache.CachedLLM`, once per configura
 - **budget**: online, under each δ of the profile, the tables pooling their template's evidence;
   and once more with each table on its own evidence, to measure what pooling saves (the labels
   a table holds at its first hit);
+- **audit**: online under the audit guard at each δ of the profile, every table starting at
+  the static default threshold and pooling its template's evidence: it serves from the first
+  hit, audits a share of would-be hits and tightens what its audits show over δ. An audited
+  query is answered as a miss is (the caller gets the fresh answer: here the query's recorded
+  one) and the cached answer is judged against it; audits are counted and priced apart;
 - **static**: online at the library's static default threshold;
 - **serve**: serve mode, every query whose table has an entry answered from it (the study's
   operating point);
@@ -20,10 +25,10 @@ How the cache learns and what each answer costs:
 - the **equivalence** that labels the tables is the query's own tolerance
   (:meth:`agent_core.Template.acceptable`: its requirements, then the template's tolerance of
   the fresh answer), the same rule the served answers are judged by;
-- a **miss** or an **explored** hit is answered with the query's recorded answer (its true
-  answer, at its recorded tokens) and stored, as a live run would store it; a **twin** (the
-  second ask of a miss or an explored hit, for the model's own variability) goes to the real
-  LLM;
+- a **miss**, an **explored** or an **audited** hit is answered with the query's recorded
+  answer (its true answer, at its recorded tokens) and stored, as a live run would store it;
+  a **twin** (the second ask of a miss or an explored hit, for the model's own variability)
+  goes to the real LLM;
 - a **revision** (``revise`` hit) goes to the real LLM while the profile's revise budget lasts;
   a revise hit beyond it is *untried*: counted, and left out of every rate and cost.
 
@@ -239,13 +244,13 @@ class _Setup:
 def _online(
     setup: _Setup,
     mode: str,
-    config: Literal["budget", "static", "serve"],
+    config: Literal["budget", "audit", "static", "serve"],
     *,
     budget: float | None = None,
     pooled: bool = True,
 ) -> tuple[BudgetRun, _Tally]:
-    """The held-out run through a live cache: online (under ``budget``, or at the static
-    threshold) or in serve mode."""
+    """The held-out run through a live cache: online (under ``budget``, kept by the proving
+    guard or by the audit guard, or at the static threshold) or in serve mode."""
     tally = _Tally()
     answers = _Answers(
         [*setup.table_run, *setup.queries], setup.client, setup.model, setup.revise_budget
@@ -267,6 +272,7 @@ def _online(
                 mode=Mode.SERVE if config == "serve" else Mode.ONLINE,
                 max_attempts=setup.max_attempts,
                 wrong_hit_budget=budget,
+                guard="audit" if config == "audit" else None,
                 pool_evidence=pooled,
             )
             llm = CachedLLM(answers, cache=serving)
@@ -293,6 +299,8 @@ def _online(
                     q.group,
                     hits=int(info.outcome == "hit"),
                     explored=int(info.explored),
+                    audits=int(info.audited),
+                    audit_usd=info.audit_usd,
                     twins=int(info.twin),
                     baseline_usd=q.cost_usd,
                     spent_usd=info.cost_usd,
@@ -304,7 +312,7 @@ def _online(
         mode=mode,
         config=config,
         budget=budget,
-        threshold=STATIC_THRESHOLD if config == "static" else None,
+        threshold=STATIC_THRESHOLD if config in ("static", "audit") else None,
         pooled=pooled,
         groups={},
         revise_calls=answers.revise_calls,
@@ -379,6 +387,7 @@ def _table_figures(
             figures[g]["tables"] += 1
             figures[g]["labels"] += table.labels
             figures[g]["tables_closed"] += int(table.closed)
+            figures[g]["tables_tightened"] += int(table.threshold_source == "tightened")
             figures[g]["tables_serving"] += int(table.hits > 0)
             figures[g]["held_back"] += int(over)
             figures[g]["served_while_over"] += int(over and name in first_hit)
@@ -492,9 +501,10 @@ def budget_study(
     ``reanswer_sample`` second answers are asked per group and configuration, at most."""
     groups = set(kept_groups())
     kept = [q for q in queries if q.group in groups]
-    configs: list[tuple[Literal["budget", "static", "serve"], float | None, bool]] = [
+    configs: list[tuple[Literal["budget", "audit", "static", "serve"], float | None, bool]] = [
         *(("budget", b, True) for b in budgets),
         *(("budget", b, False) for b in budgets),
+        *(("audit", b, True) for b in budgets),
         ("static", None, True),
         ("serve", None, True),
     ]

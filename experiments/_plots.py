@@ -564,7 +564,7 @@ def plot_budget(result: BudgetResult, path: str | Path) -> Path:
     fig, axes = _grid(len(groups), 4, width=4.0, height=3.4)
     if not groups:
         _empty(axes[0], "no runs")
-    markers = {"budget": "o", "static": "s", "serve": "^", "random": "x"}
+    markers = {"budget": "o", "audit": "D", "static": "s", "serve": "^", "random": "x"}
     for ax, group in zip(axes, groups, strict=False):
         drawn = False
         for i, run in enumerate(result.runs):
@@ -576,7 +576,9 @@ def plot_budget(result: BudgetResult, path: str | Path) -> Path:
             x, y = 100 * row.cost_reduction, 100 * (p.excess or 0.0)
             low, high = 100 * (p.low or 0.0), 100 * (p.high or 0.0)
             err = [[max(0.0, y - low)], [max(0.0, high - y)]]
-            name = run.config if run.config != "budget" else f"δ = {run.budget:g}"
+            name = run.config if run.budget is None else f"δ = {run.budget:g}"
+            if run.config == "audit":
+                name = f"audit guard {name}"
             if run.config == "budget" and not run.pooled:
                 name += " (per table)"
             hollow = run.config != "budget" or not run.pooled

@@ -793,6 +793,8 @@ def _quality_section(
 def _config_name(run: BudgetRun) -> str:
     if run.config == "budget":
         return f"δ = {run.budget:g}" + ("" if run.pooled else ", per-table evidence")
+    if run.config == "audit":
+        return f"audit guard δ = {run.budget:g} from {_num(run.threshold, 2)}"
     if run.config == "static":
         return f"static {_num(run.threshold, 2)}"
     return {"serve": "serve mode", "random": "random answer"}[run.config]
@@ -920,6 +922,19 @@ def _pooling_line(pooled: BudgetRun, alone: BudgetRun) -> str:
     )
 
 
+def _audit_line(run: BudgetRun) -> str | None:
+    """What the audit guard paid for its evidence and what its audits moved."""
+    total = run.groups.get("all")
+    if total is None:
+        return None
+    share = total.audit_usd / total.baseline_usd if total.baseline_usd else None
+    return (
+        f"{run.mode}, {_config_name(run)}: {total.audits} would-be hits audited, costing "
+        f"{_pct(share)} of the uncached bill; {total.tables_tightened} of {total.tables} "
+        f"tables tightened by their audits, {total.tables_closed} closed."
+    )
+
+
 def _random_lines(b: BudgetResult, groups: Sequence[str]) -> list[str]:
     lines = []
     for run in b.runs:
@@ -962,9 +977,10 @@ def _budget_rows(b: BudgetResult, groups: Sequence[str]) -> list[tuple[str, ...]
                     _excess(row),
                     _variety(row),
                     _pct(row.cost_reduction),
-                    f"{row.explored} / {row.twins} / {row.labels}",
+                    f"{row.audits if run.config == 'audit' else row.explored} / {row.twins} / "
+                    f"{row.labels}",
                     f"{row.tables_serving} / {row.held_back} / {row.tables_closed} of {row.tables}"
-                    if run.config in ("budget", "static")
+                    if run.config in ("budget", "audit", "static")
                     else "",
                 )
             )
@@ -975,7 +991,8 @@ def _budget_section(b: BudgetResult) -> Section:
     groups = [g for g in kept_groups() if any(g in r.groups for r in b.runs)]
     budgets = [r for r in b.runs if r.config == "budget"]
     pooled = [r for r in budgets if r.pooled]
-    headlines = [h for r in pooled if (h := _headline(r)) is not None]
+    audited = [r for r in b.runs if r.config == "audit"]
+    headlines = [h for r in [*pooled, *audited] if (h := _headline(r)) is not None]
     lines = [
         f"Held-out run {b.query_run} answered *online* by a live cache built from run "
         f"{b.table_run}'s answers, under a wrong-hit budget δ on the *excess* of unacceptable "
@@ -998,6 +1015,7 @@ def _budget_section(b: BudgetResult) -> Section:
             for a in budgets
             if not a.pooled and a.mode == p.mode and a.budget == p.budget
         ),
+        *(f"- {line}" for r in audited if (line := _audit_line(r)) is not None),
         *(f"- {line}" for line in _random_lines(b, groups)),
         "",
     ]
@@ -1012,7 +1030,7 @@ def _budget_section(b: BudgetResult) -> Section:
             "excess, points (95% interval)",
             "distinct answers per 100: served / fresh",
             "cost cut",
-            "explored / twins / labels",
+            "explored (audit guard: audited) / twins / labels",
             "tables serving / held back / closed",
         ],
         _budget_rows(b, groups),
@@ -1033,7 +1051,7 @@ def _budget_section(b: BudgetResult) -> Section:
             why="paired with the model's second answers to the same queries",
         )
         for r in b.runs
-        if r.config in ("budget", "static") and (total := r.groups.get("all")) is not None
+        if r.config in ("budget", "audit", "static") and (total := r.groups.get("all")) is not None
     ]
     return Section(
         title="Wrong-hit budget: savings against the model's own variability",

@@ -401,10 +401,13 @@ class BudgetGroup(BaseModel):
     distinct_served: float | None = None  # distinct served answers per 100 served
     distinct_fresh: float | None = None  # distinct true answers per 100 of the same queries
     explored: int = 0  # would-be hits also sent to the LLM, to label the table
+    audits: int = 0  # "audit": would-be hits audited (the LLM asked, its answer served)
+    audit_usd: float = 0.0  # "audit": what the audits cost (inside spent_usd)
     twins: int = 0  # misses asked twice, for the model's own variability
     labels: int = 0  # labels the group's tables hold at the end
     tables: int = 0  # the group's tables at the end
     tables_closed: int = 0  # of them, tables that serve nothing (NO_HIT_THRESHOLD)
+    tables_tightened: int = 0  # "audit": tables moved up from their start by their audits
     tables_serving: int = 0  # tables that served at least one hit
     held_back: int = 0  # tables whose own labels show them over budget at the end
     served_while_over: int = 0  # of those, tables that served a hit (the budget's promise: 0)
@@ -419,9 +422,10 @@ class BudgetRun(BaseModel):
     """The held-out run through one cache configuration."""
 
     mode: str  # embedding mode
-    config: Literal["budget", "static", "serve", "random"]
-    budget: float | None = None  # δ for "budget"
-    threshold: float | None = None  # the static threshold (raw cosine) for "static"
+    config: Literal["budget", "audit", "static", "serve", "random"]
+    budget: float | None = None  # δ for "budget" (the proving guard) and "audit"
+    # the static threshold (raw cosine) for "static"; the audit guard's start for "audit"
+    threshold: float | None = None
     pooled: bool = True  # "budget": whether tables pooled their template's evidence
     groups: dict[str, BudgetGroup]  # group (and "all") -> figures
     revise_calls: int = 0  # revisions this configuration sent to the LLM

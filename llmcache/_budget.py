@@ -4,21 +4,34 @@
 A model that samples disagrees with itself: asked one prompt twice, it often answers two ways
 that its own equivalence would not call the same. So "the cached answer differs from a freshly
 paid one" is not, by itself, a wrong hit. A table under a budget δ (``wrong_hit_budget``) serves
-a hit only at a cosine at or above the lowest threshold ``t`` for which the one-sided 95% upper
-bound of
+a hit only at a cosine at or above the lowest threshold ``t`` whose labels *prove*
 
     excess(t) = P(a hit at cosine ≥ t is not acceptable) - P(a second fresh answer is not)
 
-is at most δ. The bound is Newcombe's hybrid score interval for a difference of two
-proportions (its "method 10"), built from the Wilson intervals of the two rates. The second
-rate is the model's **self-disagreement**, measured on *pairs* of fresh answers to one prompt
-under the same equivalence. For a deterministic upstream it is 0, and then the bound is the
-Wilson upper bound of the plain wrong-hit rate: one rule, not two modes. To prove a
-threshold, the credit for self-disagreement needs 20 pairs and, at the threshold tested, 30
-labels, and a credited bound must hold at one-sided 99%: with less, re-testing every threshold
-after every label proves an over-budget table by chance (``CREDIT_MIN_PAIRS``). The idea of a user
-error bound with thresholds learned from labels is vCache's; this is a reimplementation per
-table, relative to the model's variability, and shares no code with it.
+at most δ. The second rate is the model's **self-disagreement**, measured on *pairs* of fresh
+answers to one prompt under the same equivalence; for a deterministic upstream it is 0, and the
+excess is the plain wrong-hit rate: one rule, not two modes.
+
+**The proof is anytime-valid.** A table re-decides after every label, at every bin edge, and
+serves at the lowest edge that passes: a bound valid only at one planned look (a one-sided 95%
+Wilson or Newcombe bound, as this was first written) is met by chance sooner or later, and
+served over δ in most runs of a labelled paraphrase stream (issue 44;
+``benchmarks/bench_guard_promise.py``). So an edge is proven only where the upper end of the
+excess's **confidence sequence** (``_audit.py``'s mixture sequences, the audit guard's own) is
+at most δ, at level ``PROVE_ALPHA / N_BINS``: the wrong rate's sequence and the
+self-disagreement's at half of that each. Why that keeps the promise at ``PROVE_ALPHA`` over a
+table's whole life, however often it is looked at and whichever edge passes: each edge's
+sequence covers that edge's true excess at every look at once, except with probability
+``PROVE_ALPHA / N_BINS`` (Ville's inequality on the mixture martingale), and there are
+``N_BINS`` edges a table may choose, so with probability at least ``1 - PROVE_ALPHA`` every
+edge's sequence covers its excess at every look (Bonferroni over the edges). On that event no
+edge whose excess is over δ ever passes, so neither does the lowest one that passes, at any
+look. The split is what the choice costs: the lowest of many edges that pass is a choice among
+them. The self-disagreement is credited through its own sequence's lower end, so a model whose
+pairs are few or never disagreed gets no credit (no rules on top: the level already holds
+however few the counts). The idea of a user error bound with thresholds learned from labels is
+vCache's; this is a reimplementation per table, relative to the model's variability, and
+shares no code with it.
 
 Labels are ``(cosine of the nearest entry, was its answer acceptable)`` and cost little:
 
@@ -71,7 +84,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ._audit import AUDIT_ALPHA, AuditState, audit_probability, excess_sequence, rate_sequence
+from ._audit import (
+    AUDIT_ALPHA,
+    AuditState,
+    audit_probability,
+    excess_sequence,
+    rate_sequence,
+    rate_sequence_below,
+)
 from ._equivalence import same_answer
 from ._ledger import POOL_MARKER, UNTABLED_KEY, Ledger, TableStats
 from ._protocols import CacheBackend
@@ -81,11 +101,10 @@ logger = logging.getLogger("llmcache")
 
 __all__ = [
     "BIN_WIDTH",
-    "CREDIT_MIN_LABELS",
-    "CREDIT_MIN_PAIRS",
     "EXACT_THRESHOLD",
     "LABEL_FLOOR",
     "NO_HIT_THRESHOLD",
+    "PROVE_ALPHA",
     "STRICT_THRESHOLD",
     "AuditState",
     "BudgetBook",
@@ -101,7 +120,7 @@ __all__ = [
     "pairs_wanted",
     "pool_of",
     "proven_threshold",
-    "proving_bound",
+    "proves",
     "same_answer",
     "table_stats",
     "wilson_interval",
@@ -127,12 +146,10 @@ STRICT_THRESHOLD = 0.97
 EXACT_THRESHOLD = 1.0 - 1e-6  # identical texts embed to cosines a rounding error under 1
 NO_HIT_THRESHOLD = 2.0  # above every cosine
 
-# One-sided 95% (the bound the budget keeps) and two-sided 95% (the interval `stats` shows).
+# One-sided 95% (whether labels show a table over budget) and two-sided 95% (the interval
+# `stats` shows).
 _Z_ONE_SIDED = 1.6449
 _Z_TWO_SIDED = 1.96
-# One-sided 99%: the level at which a bound that credits the model's self-disagreement must
-# prove a threshold (see CREDIT_MIN_PAIRS).
-_Z_CREDITED = 2.3263
 
 # Exploration: until labels prove a threshold safe, every would-be hit is also paid for (an
 # unproven threshold must not serve). Once proven, the probability is START / (1 + explored),
@@ -149,18 +166,12 @@ _EXPLORE_FLOOR = 0.005
 TWIN_MIN = 20
 TWIN_MAX = 2000
 
-# To *prove* a threshold, the model's self-disagreement is credited only from this many pairs,
-# at a threshold with this many labels at or above it, and a credited bound must prove it at
-# one-sided 99%, not 95%. A table re-tests every bin edge after every label, so a bound that is
-# loose at small counts is met by chance early and often; Newcombe's interval, built from two
-# Wilson intervals, is loose exactly there (tests/test_budget_false_proof.py measures how
-# often, with and without these rules). Below the floors the plain wrong-hit rate's bound
-# proves (no credit); a credited bound is never used where the plain one is lower, so the
-# credit can only loosen a threshold. The rules are for proving only: whether labels *show* a
-# table over budget (its lower bound above δ) is read with the credit, as before, so that a
-# lack of pairs never closes a table of a model that samples.
-CREDIT_MIN_PAIRS = TWIN_MIN
-CREDIT_MIN_LABELS = 30
+#: The proving guard's level: the chance, over a table's whole life and however often it is
+#: re-tested, that it ever serves at a threshold whose excess is over δ. Each of the ``N_BINS``
+#: edges a table may choose is proven at ``PROVE_ALPHA / N_BINS`` (see the module
+#: documentation); whether labels *show* a table over budget (a lower bound above δ, which only
+#: ever stops hits) is read at one-sided 95%, as before.
+PROVE_ALPHA = 0.05
 
 # How often a process re-reads labels other processes added.
 _RELOAD_S = 30.0
@@ -192,8 +203,8 @@ def excess_interval(
     for variability nobody saw, and a model that has not disagreed with itself is held to the
     plain wrong-hit rate both ways. The interval is then the first rate's own Wilson interval,
     which makes the budget of a deterministic model exactly the plain budget. Without labels
-    it is ``(-1, 1)``. (What proves a threshold is :func:`proving_bound`, which credits the
-    self-disagreement under stricter rules.)
+    it is ``(-1, 1)``. (What proves a threshold is :func:`proves`: a confidence
+    sequence, valid however often it is re-tested.)
     """
     if n <= 0:
         return -1.0, 1.0
@@ -209,21 +220,17 @@ def excess_interval(
     return max(-1.0, low), min(1.0, high)
 
 
-def proving_bound(wrong: int, n: int, disagree: int, pairs: int) -> float:
-    """The upper bound of the excess that must be at most δ for a threshold to be proven: the
-    one-sided 95% bound of :func:`excess_interval`, or, where that credits the model's
-    self-disagreement, the one-sided 99% bound, but never above the plain wrong-hit rate's
-    one-sided 95% bound (see :data:`CREDIT_MIN_PAIRS`)."""
-    plain = wilson_interval(wrong, n, _Z_ONE_SIDED)[1]
-    if not _credited(n, disagree, pairs):
-        return plain
-    return min(plain, excess_interval(wrong, n, disagree, pairs, _Z_CREDITED)[1])
-
-
-def _credited(n: int, disagree: int, pairs: int) -> bool:
-    """Whether an excess over ``n`` labels is given credit for a self-disagreement of
-    ``disagree`` among ``pairs`` pairs (see :data:`CREDIT_MIN_PAIRS`)."""
-    return disagree > 0 and pairs >= CREDIT_MIN_PAIRS and n >= CREDIT_MIN_LABELS
+def proves(
+    wrong: int, n: int, disagree: int, pairs: int, budget: float, alpha: float = PROVE_ALPHA
+) -> bool:
+    """Whether ``wrong`` of ``n`` labels at an edge prove its excess within ``budget``: the
+    upper end of its confidence sequence (:func:`~llmcache._audit.excess_sequence`, the wrong
+    rate's upper end less the self-disagreement's lower end, each at half the level) is at
+    most ``budget``, at ``alpha`` split over the ``N_BINS`` edges a table may choose (see the
+    module documentation)."""
+    level = alpha / N_BINS / 2
+    credit = rate_sequence(disagree, pairs, level)[0] if disagree else 0.0
+    return rate_sequence_below(wrong, n, budget + credit, level)
 
 
 def _bin(cosine: float) -> int | None:
@@ -392,33 +399,36 @@ def decide(
     the pairs of ``pairs`` (by default the pool's when pooling, else the table's own).
 
     Only the edges of bins holding labels qualify: below the lowest label there is no
-    evidence. With none proven the table stays at :data:`STRICT_THRESHOLD`, where every
-    would-be hit is explored (:func:`explore_probability`), so nothing unproven is served;
-    :data:`EXACT_THRESHOLD` once labels show the strict one over budget (the lower bound of
-    its excess above ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin
-    over budget.
+    evidence. An edge is proven by :func:`proves`, a confidence sequence at
+    :data:`PROVE_ALPHA` split over the ``N_BINS`` edges, so the lowest edge proven may be
+    chosen after every label and the promise still holds (see the module documentation); a
+    pool's proof is read the same way, about the pool's traffic. With none proven the table
+    stays at :data:`STRICT_THRESHOLD`, where every would-be hit is explored
+    (:func:`explore_probability`), so nothing unproven is served; :data:`EXACT_THRESHOLD`
+    once labels show the strict one over budget (the lower bound of its excess above
+    ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin over budget.
     """
     if pairs is None:
         pairs = pool if pool is not None else table
     p_n, p_d = pairs.pairs, pairs.pairs_differ
 
-    def bounds(n: int, wrong: int) -> tuple[float, float]:
-        return excess_interval(wrong, n, p_d, p_n, _Z_ONE_SIDED)[0], proving_bound(
-            wrong, n, p_d, p_n
-        )
+    def proven(n: int, wrong: int) -> bool:
+        return proves(wrong, n, p_d, p_n, budget)
+
+    def shown_over(n: int, wrong: int) -> bool:
+        return n > 0 and excess_interval(wrong, n, p_d, p_n, _Z_ONE_SIDED)[0] > budget
 
     own = _cumulative(table)
     shared = _cumulative(pool) if pool is not None else None
     best: Decision | None = None
     for index in range(N_BINS - 1, -1, -1):
         here, n, wrong = own[index]
-        own_low, own_high = bounds(n, wrong) if n else (-1.0, 1.0)
-        if here and own_high <= budget:
+        if here and proven(n, wrong):
             best = Decision(_edge(index), True, "table")
             continue
         if shared is not None:
             pool_here, pool_n, pool_wrong = shared[index]
-            if pool_here and bounds(pool_n, pool_wrong)[1] <= budget and own_low <= budget:
+            if pool_here and proven(pool_n, pool_wrong) and not shown_over(n, wrong):
                 best = Decision(_edge(index), True, "pool")
     if best is not None:
         return best

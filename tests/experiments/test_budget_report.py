@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments._report import _budget_goals, _pooling_line
+from experiments._report import _audit_line, _budget_goals, _config_name, _pooling_line
 from experiments._results import BudgetGroup, BudgetResult, BudgetRun, PairedExcess
 
 
@@ -60,3 +60,24 @@ def test_pooling_line_bounds_the_unserved_by_their_own_labels() -> None:
     assert "at least 17.5 (at least 7.0× fewer" in _pooling_line(pooled, mixed)
     both = _firsts(False, {"a / x": 8, "b / x": 12}, {})
     assert "(4.0× fewer; 0 never served alone)" in _pooling_line(pooled, both)
+
+
+def test_the_audit_line_prices_the_audits_against_the_uncached_bill() -> None:
+    total = BudgetGroup(
+        queries=400,
+        hits=300,
+        audits=25,
+        audit_usd=0.02,
+        baseline_usd=1.0,
+        tables=8,
+        tables_tightened=2,
+        tables_closed=1,
+    )
+    run = BudgetRun(
+        mode="keyword", config="audit", budget=0.05, threshold=0.9, groups={"all": total}
+    )
+    assert _config_name(run) == "audit guard δ = 0.05 from 0.90"
+    line = _audit_line(run)
+    assert line is not None
+    assert "25 would-be hits audited, costing 2.0% of the uncached bill" in line
+    assert "2 of 8 tables tightened by their audits, 1 closed" in line

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletion
 from agent_core import TextAgreement
 from agent_core.testing import ScriptedLLM
 from experiments import Profile
-from experiments._budget_study import budget_study
+from experiments._budget_study import STATIC_THRESHOLD, budget_study
 from experiments._collect import run_paths
 from experiments._data import load_run, messages_key
 from experiments._report import write_report
@@ -292,6 +292,7 @@ def test_the_budget_step_accounts_for_every_held_out_query(study_dir: Path) -> N
         for m in ("keyword", "full")
         for c in [
             *(("budget", b, pooled) for b in TINY.budgets for pooled in (True, False)),
+            *(("audit", b, True) for b in TINY.budgets),
             ("static", None, True),
             ("serve", None, True),
             ("random", None, True),
@@ -316,6 +317,13 @@ def test_the_budget_step_accounts_for_every_held_out_query(study_dir: Path) -> N
         if r.config == "budget" and r.pooled:
             # The goal sentences are read off the run.
             assert f"{r.mode}, δ = {r.budget:g}: overall cost cut" in text
+        if r.config == "audit":
+            # The audit guard starts at the static default; its audits are counted apart.
+            assert r.threshold == STATIC_THRESHOLD
+            total = r.groups["all"]
+            assert total.explored == 0 and total.audit_usd <= total.spent_usd
+            assert f"{r.mode}, audit guard δ = {r.budget:g} from" in text
+            assert "would-be hits audited, costing" in text
 
 
 def test_a_run_served_from_its_own_full_prompts_serves_no_wrong_answer(study_dir: Path) -> None:

@@ -263,6 +263,8 @@ def test_the_budget_plot_draws_each_configuration(tmp_path: Path) -> None:
                       groups={"importance": group(20, 0.01, 0.4)}),
             BudgetRun(mode="keyword", config="budget", budget=0.05, pooled=False,
                       groups={"importance": group(5, 0.0, 0.1)}),
+            BudgetRun(mode="keyword", config="audit", budget=0.05, threshold=0.9,
+                      groups={"importance": group(30, 0.02, 0.6)}),
             BudgetRun(mode="keyword", config="static", threshold=0.9,
                       groups={"importance": group(40, 0.2, 0.8), "memory": group(0, 0.0, 0.0)}),
             BudgetRun(mode="keyword", config="serve", groups={"importance": group(49, 0.3, 0.9)}),
