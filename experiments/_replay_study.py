@@ -30,6 +30,7 @@ import gzip
 import importlib.util
 import json
 import random
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -186,22 +187,19 @@ def _model_of(runs: Mapping[int, Sequence[ReplayCall]], provenance: Mapping[str,
     return counts.most_common(1)[0][0] if counts else "unknown"
 
 
+_RUN_FILE = re.compile(r"run(\d+)\.jsonl(?:\.gz)?")
+
+
 def read_recording_dir(directory: Path) -> tuple[dict[int, list[ReplayCall]], dict[str, Any]]:
     """The runs of a recording (``run1.jsonl[.gz]`` …, read strictly: a malformed line is an
     error naming it) and its provenance (``{}`` without a ``provenance.json``)."""
     runs: dict[int, list[ReplayCall]] = {}
-    for n in range(1, 100):
-        path = next(
-            (
-                p
-                for p in (directory / f"run{n}.jsonl.gz", directory / f"run{n}.jsonl")
-                if p.exists()
-            ),
-            None,
-        )
-        if path is None:
-            break
-        runs[n] = read_calls(path).calls
+    # Every run<n> file, whatever numbers are present: a recording may hold some of the town's
+    # runs only (its last one is the held-out run).
+    for path in sorted(directory.glob("run*.jsonl*")):
+        number = _RUN_FILE.fullmatch(path.name)
+        if number is not None and int(number.group(1)) not in runs:
+            runs[int(number.group(1))] = read_calls(path).calls
     if len(runs) < 2:
         raise FileNotFoundError(
             f"{directory} holds no recording: run1.jsonl.gz, run2.jsonl.gz, … are needed"
