@@ -45,6 +45,7 @@ from typing import Any
 import openai
 from bench_models import header_line, machine_info  # a sibling script (benchmarks/ is on the path)
 from park_calls import PARK, park_calls
+from record_town import source_calls
 from scipy.stats import spearmanr
 
 from agent_core import TextAgreement, TownCall
@@ -78,16 +79,9 @@ def town_sample(
     (round robin over each category's agents, so every agent has partners for *random*), then
     ordered by agent so that the server's prompt cache keeps each agent's shared prefix."""
     by_agent: dict[str, dict[str, dict[str, TownCall]]] = defaultdict(lambda: defaultdict(dict))
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        for line in lines:
-            record = json.loads(line)
-            if record.get("kind") != "call" or record.get("category") not in categories:
-                continue
-            if not record.get("valid"):
-                continue
-            call = TownCall.from_record(record)
-            key = json.dumps(call.messages(), sort_keys=True)
-            by_agent[call.category][call.agent].setdefault(key, call)
+    for call, _ in source_calls(path, tuple(categories)):
+        key = json.dumps(call.messages(), sort_keys=True)
+        by_agent[call.category][call.agent].setdefault(key, call)
     rng = random.Random(seed)
     out: dict[str, list[TownCall]] = {}
     for category in categories:
