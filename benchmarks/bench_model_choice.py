@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import openai
 from bench_models import header_line, machine_info  # a sibling script (benchmarks/ is on the path)
 from park_calls import PARK, park_calls
@@ -51,7 +52,7 @@ from scipy.stats import spearmanr
 from agent_core import TextAgreement, TownCall
 from agent_core.llm import town_options, town_request
 from agent_core.tolerance import DEFAULT_TEXT_BOUND
-from llmcache.embedders import default_embedder
+from llmcache.embedders import StoredEmbedder, default_embedder
 from llmcache.llm import LocalServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,19 +127,11 @@ def _digit_distribution(choice: Any) -> dict[int, float] | None:
 def _text_agreement() -> TextAgreement:
     """Activities compared by the default embedder's cosine at the documented default bound
     (the study calibrates a bound per category; this benchmark compares models, not bounds)."""
-    embedder = default_embedder()
-    cache: dict[str, Any] = {}
+    embedder = StoredEmbedder(default_embedder())  # each text embedded once
 
     def similarity(a: str, b: str) -> float:
-        missing = [t for t in (a, b) if t not in cache]
-        if missing:
-            for t, v in zip(missing, embedder.embed(missing), strict=True):
-                cache[t] = v
-        va, vb = cache[a], cache[b]
-        dot = sum(x * y for x, y in zip(va, vb, strict=True))
-        na = math.sqrt(sum(x * x for x in va))
-        nb = math.sqrt(sum(y * y for y in vb))
-        return dot / (na * nb) if na and nb else 0.0
+        va, vb = embedder.embed([a, b])
+        return float(np.clip(np.dot(va, vb), -1.0, 1.0))
 
     return TextAgreement(similarity, DEFAULT_TEXT_BOUND)
 

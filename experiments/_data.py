@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ __all__ = [
     "MODES",
     "EmbeddingStore",
     "Prompt",
+    "cosine_of",
     "kept_groups",
     "load_run",
     "messages_key",
@@ -207,3 +208,14 @@ class EmbeddingStore:
 
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def cosine_of(store: EmbeddingStore | Embedder) -> Callable[[str, str], float]:
+    """Cosine of two texts by ``store``'s unit vectors: the similarity the text tolerances
+    compare with (the quality step's and the replay study's)."""
+
+    def similarity(a: str, b: str) -> float:
+        va, vb = store.embed([a, b])
+        return float(np.clip(np.dot(va, vb), -1.0, 1.0))
+
+    return similarity

@@ -37,7 +37,7 @@ from agent_core.templates import TEMPLATES, template
 from agent_core.tolerance import DEFAULT_TEXT_BOUND
 
 from ._adapter import Adapter
-from ._data import ALL, MODES, EmbeddingStore, Prompt, kept_groups, messages_key
+from ._data import ALL, MODES, EmbeddingStore, Prompt, cosine_of, kept_groups, messages_key
 from ._judge import RANDOM_LABEL, Judge, JudgeCandidate, Judgement, JudgeQuery, reliability
 from ._results import (
     PairwiseTally,
@@ -163,14 +163,6 @@ def tally(judgements: Iterable[Judgement], cached: str = "cached") -> PairwiseTa
     return out
 
 
-def _cosine(store: EmbeddingStore) -> Callable[[str, str], float]:
-    def similarity(a: str, b: str) -> float:
-        va, vb = store.embed([a, b])
-        return float(np.clip(np.dot(va, vb), -1.0, 1.0))
-
-    return similarity
-
-
 def _queries(runs: Sequence[Sequence[Prompt]]) -> list[tuple[str, list[Prompt]]]:
     """Every query (category and messages) with the prompts that asked it, across or within
     runs, in a fixed order: a query with more than one holds pairs of true answers."""
@@ -242,7 +234,7 @@ def text_agreements(
 ) -> tuple[dict[str, TextCalibration], Callable[[str], TextAgreement]]:
     """Each text-judged category's calibration (:func:`calibrate`) and the text agreement a
     category's tolerance compares with (its bound; the documented default for the rest)."""
-    similarity = _cosine(store)
+    similarity = cosine_of(store)
     calibration = calibrate(runs, similarity)
     texts = {c: TextAgreement(similarity, cal.bound) for c, cal in calibration.items()}
     default = TextAgreement(similarity, DEFAULT_TEXT_BOUND)

@@ -143,8 +143,7 @@ def _baseline_lines(bed: ReplayBed) -> list[str]:
                         f"{row.mode} serve mode cannot be told from a random same-table answer "
                         f"here (excess {_excess(s)} against {_excess(r)}: the intervals overlap)."
                     )
-    own = _row(bed, "-", "random")
-    alone = [] if own is None else [c for c, f in own.categories.items() if f.pairs == 0]
+    alone = [] if rnd is None else [c for c, f in rnd.categories.items() if f.pairs == 0]
     if alone:
         lines.append(
             f"No second answer to the same prompt in the held-out part for {', '.join(alone)}: "

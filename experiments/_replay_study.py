@@ -61,7 +61,7 @@ from llmcache.types import PriceTable, Usage
 from llmcache.verification import Within
 
 from ._collect import dataset_paths
-from ._data import Prompt, load_run, messages_key
+from ._data import Prompt, cosine_of, load_run, messages_key
 from ._results import AnswerSample, ReplayBed, ReplayRow, ReplayStudyResult
 
 __all__ = [
@@ -214,17 +214,6 @@ def _dev_recording(town_runs: Mapping[int, Sequence[Prompt]]) -> dict[int, list[
 
 
 # -- grading ----------------------------------------------------------------------------------
-
-
-class _Similarity:
-    """Cosine of two texts by the study's embedder (for the text tolerances)."""
-
-    def __init__(self, embedder: Embedder) -> None:
-        self._embedder = embedder
-
-    def __call__(self, a: str, b: str) -> float:
-        va, vb = self._embedder.embed([a, b])
-        return float(np.clip(np.dot(va, vb), -1.0, 1.0))
 
 
 def _equivalence(category: str, text: TextAgreement) -> Callable[[str, str], bool]:
@@ -549,7 +538,7 @@ def replay_study(
         for n, calls in runs.items()
     }
     calls, mask = _stream(runs)
-    text = TextAgreement(_Similarity(stored), DEFAULT_TEXT_BOUND)
+    text = TextAgreement(cosine_of(stored), DEFAULT_TEXT_BOUND)
     equivalences = {c: _equivalence(c, text) for c in sorted({c.category for c in calls})}
     say(f"town: {len(calls)} calls, {sum(mask)} of them in run {max(runs)}")
     rows = _bed(

@@ -111,18 +111,19 @@ class RecordedUpstream:
         self.requests += 1
         text, completion_tokens = call.answer, call.completion_tokens
         if self._answered:
-            # The spread: the model's own further answers to this prompt, then the answers of
-            # the stream's other calls with it (their token counts as recorded).
-            spread: list[tuple[str, int]] = [
-                (other, count_tokens(other)[0]) for other in call.other_answers
-            ]
+            # The spread: the model's own further answers to this prompt, then the stream's
+            # other calls with it (their token counts as recorded; a further answer's counted
+            # only once drawn).
+            spread: list[str | ReplayCall] = [*call.other_answers]
             spread += [
-                (self.calls[i].answer, self.calls[i].completion_tokens)
-                for i in self._same_prompt[call.prompt_key()]
-                if i != self._current
+                self.calls[i] for i in self._same_prompt[call.prompt_key()] if i != self._current
             ]
             if spread:
-                text, completion_tokens = self._rng.choice(spread)
+                drawn = self._rng.choice(spread)
+                if isinstance(drawn, str):
+                    text, completion_tokens = drawn, count_tokens(drawn)[0]
+                else:
+                    text, completion_tokens = drawn.answer, drawn.completion_tokens
             self.drawn += 1
         self._answered = True
         tokens = {"prompt_tokens": call.prompt_tokens, "completion_tokens": completion_tokens}
