@@ -10,7 +10,22 @@ model on a local llama.cpp server judges every pair with each protocol:
 - ``pairwise-odds``: ``PairwiseJudge``, both orders combined, the preference read from the
   A/B token odds (``logprobs``);
 - ``pairwise-letter``: the same answers as ``pairwise-odds`` read from the one sampled letter
-  (no extra calls: each completion is kept and read again without its logprobs).
+  (no extra calls: each completion is kept and read again without its logprobs);
+- ``score``: ``ScoreJudge``, each answer scored alone from 1 to 9, the expectation over the
+  digit's token odds (no order to reverse: order-free by construction);
+- ``score-digit``: the same answers as ``score`` read from the one sampled digit;
+- ``answer-first``: ``AnswerFirstJudge``, the model answers the task itself (a rating as its
+  expectation over the digit's odds) and the closer candidate wins (order-free by
+  construction).
+
+Two beds (``--bed``):
+
+- ``town`` (default): pairs of a committed town run, whose true answers are the town model's;
+  a judge can only prefer them as far as that model's answers beat a random one;
+- ``park``: the shared agent's memories (``../shared/benchmarks/park_demo_isabella/``) through
+  Park's importance prompt, the true answer gpt-3.5-turbo's recorded rating, the random one
+  another memory's recorded rating (a different number): the one bed whose true answers are
+  known to beat random ones (its own repeats agree far more often than a random rating does).
 
 It prints, per model and protocol: true over random (a tie counts half) and single-order
 reversal agreement, each with its 95% Wilson interval, failures and seconds per pair. Chance
@@ -29,9 +44,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench_model_choice import park_sample  # a sibling script (benchmarks/ is on the path)
+
+from experiments._answer_first_judge import AnswerFirstJudge
 from experiments._data import load_run
 from experiments._judge import JudgeCandidate, Judgement, JudgeQuery, LLMJudge, reliability
 from experiments._pairwise_judge import PairwiseJudge, preference
+from experiments._score_judge import ScoreJudge, expected_score
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +108,31 @@ def pairs(path: Path, n: int, seed: int) -> list[JudgeQuery]:
     return out
 
 
+def park_pairs(n: int, seed: int) -> list[JudgeQuery]:
+    """``n`` of the shared agent's distinct memories: gpt-3.5-turbo's rating against another's."""
+    items = park_sample(10**6, seed)
+    rng = random.Random(f"{seed}:judge-park")
+    out: list[JudgeQuery] = []
+    for i, (messages, rating) in enumerate(items[:n]):
+        others = [r for _, r in items if r != rating]
+        if not others:
+            continue
+        out.append(
+            JudgeQuery(
+                query_id=f"park:{i}",
+                category="importance",
+                group="importance",
+                prompt=messages[-1]["content"],
+                truth=str(rating),
+                candidates=[
+                    JudgeCandidate(label="random", text=str(rng.choice(others))),
+                    JudgeCandidate(label="true", text=str(rating)),
+                ],
+            )
+        )
+    return out
+
+
 def _share(r: Any) -> str:
     if r is None or r.rate is None:
         return "n/a"
@@ -97,6 +141,7 @@ def _share(r: Any) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bed", choices=["town", "park"], default="town")
     ap.add_argument("--run", default=str(ROOT / "docs/results/standard/data/run3.jsonl.gz"))
     ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-1.5b"])
     ap.add_argument("--protocols", nargs="+", default=["pairwise-odds", "rank"])
@@ -106,10 +151,18 @@ def main() -> None:
     ap.add_argument("--deadline", help="UTC HH:MM: stop judging then, report what was judged")
     args = ap.parse_args()
 
+    from llmcache.embedders import default_embedder
     from llmcache.llm import LocalServer
 
-    queries = pairs(Path(args.run), args.pairs, args.seed)
-    print(f"{len(queries)} pairs from {Path(args.run).name}, categories:", end=" ")
+    embedder = default_embedder()
+
+    if args.bed == "park":
+        queries = park_pairs(args.pairs, args.seed)
+        source = "the shared agent's recorded ratings"
+    else:
+        queries = pairs(Path(args.run), args.pairs, args.seed)
+        source = Path(args.run).name
+    print(f"{len(queries)} pairs from {source}, categories:", end=" ")
     counts: dict[str, int] = defaultdict(int)
     for q in queries:
         counts[q.category] += 1
@@ -128,6 +181,10 @@ def main() -> None:
                     judge: Any = LLMJudge(
                         keeping, model=server.model, shuffles=2, max_chars=args.max_chars
                     )
+                elif protocol == "answer-first":
+                    judge = AnswerFirstJudge(keeping, embedder, model=server.model)
+                elif protocol == "score":
+                    judge = ScoreJudge(keeping, model=server.model, max_chars=args.max_chars)
                 else:
                     judge = PairwiseJudge(
                         keeping, model=server.model, logprobs=True, max_chars=args.max_chars
@@ -141,7 +198,9 @@ def main() -> None:
                     before = len(keeping.kept)
                     j = judge.judge(q)
                     judged.append(j)
-                    if protocol != "rank":
+                    if protocol == "score":
+                        letters.append(_by_digits(q, keeping.kept[before:], j))
+                    elif protocol != "rank":
                         letters.append(_by_letters(judge, q, keeping.kept[before:], j))
                     if len(judged) % 5 == 0:  # partial figures, in case the deadline comes
                         r = reliability(protocol, judged)
@@ -152,7 +211,9 @@ def main() -> None:
                         )
                 seconds = (time.perf_counter() - t0) / max(1, len(judged))
                 found = [(protocol, judged)]
-                if protocol != "rank":
+                if protocol == "score":
+                    found.append(("score-digit", letters))
+                elif protocol != "rank":
                     found.append(("pairwise-letter", letters))
                 for name, js in found:
                     r = reliability(name, js)
@@ -169,6 +230,23 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))
+
+
+def _by_digits(q: JudgeQuery, choices: list[Any], j: Judgement) -> Judgement:
+    """The same two scores of a ``ScoreJudge`` on ``q``, read from the sampled digits only."""
+    digits = [expected_score({"message": {"content": c.message.content}}) for c in choices]
+    if j.failed or len(digits) != 2 or any(d is None for d in digits):
+        return Judgement(query_id=q.query_id, group=q.group, judge="digits", failed=True)
+    # The candidates are scored in the query's order: "random" first, then "true".
+    random_score, true_score = digits
+    ranks = (
+        {"random": 1.5, "true": 1.5}
+        if random_score == true_score
+        else {"random": 1.0, "true": 2.0}
+        if random_score > true_score  # type: ignore[operator]
+        else {"random": 2.0, "true": 1.0}
+    )
+    return Judgement(query_id=q.query_id, group=q.group, judge="digits", ranks=ranks)
 
 
 def _by_letters(judge: PairwiseJudge, q: JudgeQuery, choices: list[Any], j: Judgement) -> Judgement:

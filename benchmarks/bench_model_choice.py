@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import random
 import sys
 import time
@@ -52,6 +51,7 @@ from scipy.stats import spearmanr
 from agent_core import TextAgreement, TownCall
 from agent_core.llm import town_options, town_request
 from agent_core.tolerance import DEFAULT_TEXT_BOUND
+from experiments._odds import rating_distribution
 from llmcache.embedders import StoredEmbedder, default_embedder
 from llmcache.llm import LocalServer
 
@@ -97,31 +97,6 @@ def town_sample(
         if picked:
             out[category] = sorted(picked, key=lambda c: c.agent)
     return out
-
-
-def _digit_distribution(choice: Any) -> dict[int, float] | None:
-    """The rating's distribution from the first digit's top log-probabilities (see the module
-    docstring for how a "1" is split); ``None`` when the server sent none."""
-    content = getattr(getattr(choice, "logprobs", None), "content", None)
-    if not content:
-        return None
-    for i, tok in enumerate(content):
-        if tok.token.strip().isdigit():
-            probs: dict[int, float] = defaultdict(float)
-            for top in tok.top_logprobs:
-                t = top.token.strip()
-                if t.isdigit() and 1 <= int(t) <= 10:
-                    probs[int(t)] += math.exp(top.logprob)
-            if tok.token.strip() == "1" and i + 1 < len(content) and 1 in probs:
-                zero = sum(
-                    math.exp(t.logprob) for t in content[i + 1].top_logprobs if t.token == "0"
-                )
-                p1 = probs.pop(1)
-                probs[1] = p1 * (1 - zero)
-                probs[10] += p1 * zero
-            total = sum(probs.values())
-            return {k: v / total for k, v in probs.items()} if total > 0 else None
-    return None
 
 
 def _text_agreement() -> TextAgreement:
@@ -224,7 +199,7 @@ def measure(
             gpt = [t for _, t in park]
             ours = [_score(a[0][0]) for a in answers]
             again = [_score(a[1][0]) for a in answers]
-            dists = [_digit_distribution(a[0][2]) for a in answers]
+            dists = [rating_distribution(a[0][2]) for a in answers]
             expect = [
                 sum(k * p for k, p in d.items()) if d else (float(s) if s else None)
                 for d, s in zip(dists, ours, strict=True)

@@ -32,7 +32,7 @@ from ._judge_endpoint import JudgeEndpoint, redact_argv
 from ._profiles import PROFILES, Profile, get_profile
 from ._replay_report import headline as replay_headline
 from ._report import write_report
-from ._reproduce import EXPERIMENTS, Study, reproduce
+from ._reproduce import EXPERIMENTS, JUDGE_PROTOCOLS, Study, reproduce
 from ._results import (
     BudgetResult,
     CostResult,
@@ -226,10 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--judge-protocol",
-        choices=["rank", "pairwise"],
+        choices=JUDGE_PROTOCOLS,
         default="rank",
         help="rank: all candidates at once, in a seeded order and its reverse (default); "
-        "pairwise: two at a time, both orders, the model's A/B odds where logprobs are served",
+        "pairwise: two at a time, both orders, the model's A/B odds where logprobs are served; "
+        "score: each answer scored alone, the expected digit; answer-first: the judge answers "
+        "the task itself and the closest candidate wins",
     )
     args = parser.parse_args(argv)
     if args.command == "replay-study":

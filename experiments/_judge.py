@@ -515,9 +515,21 @@ def _json_text(x: Any) -> str:
     return x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, sort_keys=True)
 
 
+def _json_number(text: str) -> float | None:
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, ValueError):
+        return None
+    return float(data) if _is_number(data) else None
+
+
 def _parts(truth: str, text: str) -> list[_Part]:
     if text == truth:
         return [1.0]
+    t_num, c_num = _json_number(truth), _json_number(text)
+    if t_num is not None and c_num is not None:
+        # Plain numbers (a bare rating) are compared as numbers, not as texts.
+        return [_field_part(t_num, c_num)]
     t_obj, c_obj = _json_object(truth), _json_object(text)
     if t_obj and c_obj is not None:
         return [_field_part(v, c_obj[k]) if k in c_obj else 0.0 for k, v in t_obj.items()]
@@ -527,6 +539,7 @@ def _parts(truth: str, text: str) -> list[_Part]:
 class ReferenceJudge:
     """Ranks candidates by closeness to the true response; deterministic, no LLM.
 
+    Plain numbers (truth and candidate both): ``1 - |a-b| / max(|a|, |b|, 1)``, as a field.
     Structured answers (truth and candidate both JSON objects): the score is the mean over the
     truth's top-level fields of a field score: numbers ``1 - |a-b| / max(|a|, |b|, 1)`` (at
     least 0), equal values 1, strings (and lists or nested objects, as JSON text) the

@@ -23,7 +23,6 @@ the judgement (counted, never guessed).
 from __future__ import annotations
 
 import itertools
-import math
 import random
 from typing import Any
 
@@ -37,6 +36,7 @@ from ._judge import (
     split_candidates,
     truncate_text,
 )
+from ._odds import choice_field, top_odds
 
 __all__ = ["PairwiseJudge", "pair_prompt", "preference"]
 
@@ -61,8 +61,10 @@ def pair_prompt(prompt: str, first: str, second: str, *, ties: bool, max_chars: 
     )
 
 
-def _field(x: Any, name: str) -> Any:
-    return x.get(name) if isinstance(x, dict) else getattr(x, name, None)
+def _first_token(choice: Any) -> Any:
+    logprobs = choice_field(choice, "logprobs")
+    tokens = choice_field(logprobs, "content") if logprobs is not None else None
+    return tokens[0] if tokens else None
 
 
 def preference(choice: Any, *, ties: bool) -> float | None:
@@ -73,20 +75,15 @@ def preference(choice: Any, *, ties: bool) -> float | None:
     text's first letter.
     """
     letters = _LETTERS if ties else _LETTERS[:2]
-    logprobs = _field(choice, "logprobs")
-    tokens = _field(logprobs, "content") if logprobs is not None else None
-    if tokens:
-        odds = dict.fromkeys(letters, 0.0)
-        for top in _field(tokens[0], "top_logprobs") or []:
-            letter = str(_field(top, "token") or "").strip().strip('"').upper()
-            lp = _field(top, "logprob")
-            if letter in odds and isinstance(lp, int | float) and math.isfinite(lp):
-                odds[letter] += math.exp(lp)
+    tokens = _first_token(choice)
+    if tokens is not None:
+        top = top_odds(tokens)
+        odds = {letter: top.get(letter, 0.0) + top.get(letter.lower(), 0.0) for letter in letters}
         total = sum(odds.values())
         if total > 0:
             return (odds["A"] + odds.get("T", 0.0) / 2) / total
-    message = _field(choice, "message")
-    content = _field(message, "content") if message is not None else None
+    message = choice_field(choice, "message")
+    content = choice_field(message, "content") if message is not None else None
     text = str(content or "").strip().strip('"').upper()
     if not text:
         return None
@@ -164,7 +161,7 @@ class PairwiseJudge:
                 completion = self._client.chat.completions.create(**kwargs)
             except openai.APIError:
                 continue
-            choices = _field(completion, "choices") or []
+            choices = choice_field(completion, "choices") or []
             p = preference(choices[0], ties=self.ties) if choices else None
             if p is not None:
                 return p

@@ -18,6 +18,7 @@ from llmcache.embedders import Embedder, default_embedder
 from llmcache.llm import LLMConnection, open_llm
 
 from ._adapter import Adapter
+from ._answer_first_judge import AnswerFirstJudge
 from ._budget_study import budget_study
 from ._collect import collect, dataset_paths, recorded
 from ._cost_study import cost_study
@@ -45,12 +46,15 @@ from ._results import (
     save_result,
 )
 from ._retrieval import observed_actors, saturation, similarity_distribution
+from ._score_judge import ScoreJudge
 
-__all__ = ["EXPERIMENTS", "Study", "reproduce"]
+__all__ = ["EXPERIMENTS", "JUDGE_PROTOCOLS", "Study", "reproduce"]
 
 logger = logging.getLogger("experiments")
 
 EXPERIMENTS = tuple(RESULT_MODELS)
+# The ways the LLM judges can ask (``Study.judge_protocol``).
+JUDGE_PROTOCOLS = ("rank", "pairwise", "score", "answer-first")
 
 
 @dataclass
@@ -71,9 +75,12 @@ class Study:
     # tier (``--judge-base-url`` / ``--judge-model``).
     judge: JudgeEndpoint | None = None
     # How the LLM judges ask: "rank" (all candidates at once, in a seeded order and its
-    # reverse: the measured default) or "pairwise" (two at a time, both orders, the model's
-    # odds for A/B where the server gives logprobs; :class:`PairwiseJudge`).
-    judge_protocol: str = "rank"
+    # reverse: the default), "pairwise" (two at a time, both orders, the model's odds for A/B
+    # where the server gives logprobs; :class:`PairwiseJudge`), "score" (each answer scored
+    # alone, the expected digit; :class:`ScoreJudge`) or "answer-first" (the judge's own
+    # answer as the reference; :class:`AnswerFirstJudge`). experiments/README.md has the
+    # measurements they were chosen by.
+    judge_protocol: str = "rank"  # one of JUDGE_PROTOCOLS
     # The replay study's recording (run<n>.jsonl.gz of llmcache ReplayCall lines and a
     # provenance.json; None: the committed one, and while there is none the town runs' own
     # answers) and the town runs its prompts came from (for the queries' requirements).
@@ -246,6 +253,12 @@ class Study:
     def _llm_judge(self, model: str, *, shuffles: int, name: str | None = None) -> Judge:
         if self.judge_protocol == "pairwise":
             return PairwiseJudge(self.judge_client, model=model, seed=self.profile.seed, name=name)
+        if self.judge_protocol == "score":
+            return ScoreJudge(self.judge_client, model=model, name=name)
+        if self.judge_protocol == "answer-first":
+            return AnswerFirstJudge(self.judge_client, self.embedder, model=model, name=name)
+        if self.judge_protocol != "rank":
+            raise ValueError(f"unknown judge protocol {self.judge_protocol!r}: {JUDGE_PROTOCOLS}")
         return LLMJudge(
             self.judge_client, model=model, shuffles=shuffles, seed=self.profile.seed, name=name
         )
