@@ -200,7 +200,7 @@ def main() -> None:
                     judged.append(j)
                     if protocol == "score":
                         letters.append(_by_digits(q, keeping.kept[before:], j))
-                    elif protocol != "rank":
+                    elif protocol == "pairwise-odds":
                         letters.append(_by_letters(judge, q, keeping.kept[before:], j))
                     if len(judged) % 5 == 0:  # partial figures, in case the deadline comes
                         r = reliability(protocol, judged)
@@ -213,7 +213,7 @@ def main() -> None:
                 found = [(protocol, judged)]
                 if protocol == "score":
                     found.append(("score-digit", letters))
-                elif protocol != "rank":
+                elif protocol == "pairwise-odds":
                     found.append(("pairwise-letter", letters))
                 for name, js in found:
                     r = reliability(name, js)

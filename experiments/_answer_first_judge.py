@@ -103,6 +103,9 @@ class AnswerFirstJudge:
         self.max_attempts = max_attempts
         self.max_tokens = max_tokens
         self._name = name or f"answer-first:{model}"
+        # The own answer per prompt: greedy, so asking again would only repeat it (the study
+        # judges one prompt once per mode).
+        self._answers: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -113,6 +116,8 @@ class AnswerFirstJudge:
 
     def answer(self, prompt: str) -> str | None:
         """The model's own answer to ``prompt`` (a rating as its expectation); None if none."""
+        if prompt in self._answers:
+            return self._answers[prompt]
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
@@ -130,6 +135,7 @@ class AnswerFirstJudge:
             choices = choice_field(completion, "choices") or []
             text = expected_rating(choices[0]) if choices else None
             if text is not None:
+                self._answers[prompt] = text
                 return text
         return None
 

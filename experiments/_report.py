@@ -1241,7 +1241,10 @@ def _judge_quality_lines(rel: dict[str, JudgeReliability], *, source: str) -> li
                 name,
                 _share_text(r.reversal)
                 if r.reversal is not None or r.shuffle_agreement is not None
-                else "deterministic",
+                else "deterministic"
+                if name == REFERENCE_NAME
+                # A judge shown one answer at a time (score, answer-first) has no order.
+                else "no order shown",
                 _share_text(r.true_over_random),
                 "itself" if name == REFERENCE_NAME else _share_text(r.reference_agreement),
                 r.verdict,

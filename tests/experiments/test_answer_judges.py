@@ -183,6 +183,8 @@ def test_the_answer_first_judge_prefers_the_answer_nearest_its_own_expected_rati
     (request,) = server.requests
     assert request["messages"] == [{"role": "user", "content": _query().prompt}]
     assert request["temperature"] == 0 and request["logprobs"] is True
+    # Greedy, so a prompt judged again (the study judges each mode) is not asked again.
+    assert judge.judge(_query()).ranks == j.ranks and len(server.requests) == 1
 
 
 def test_a_judge_that_always_prefers_the_truth_is_reported_at_100_percent() -> None:
@@ -246,3 +248,14 @@ def test_the_study_asks_with_the_protocol_it_is_told(
     finally:
         study.close()
         wrong.close()
+
+
+def test_the_report_says_a_one_answer_judge_shows_no_order() -> None:
+    from experiments._report import _judge_quality_lines
+
+    judge = ScoreJudge(_Server(lambda prompt: (["5"], [{"5": 1.0}])), model="m")
+    rel = {judge.name: reliability(judge.name, [judge.judge(_query(i)) for i in range(10)])}
+    (row,) = [
+        line for line in _judge_quality_lines(rel, source="x") if line.startswith("| score:m")
+    ]
+    assert "no order shown" in row and "at chance" in row
