@@ -12,26 +12,41 @@ at most δ. The second rate is the model's **self-disagreement**, measured on *p
 answers to one prompt under the same equivalence; for a deterministic upstream it is 0, and the
 excess is the plain wrong-hit rate: one rule, not two modes.
 
-**The proof is anytime-valid.** A table re-decides after every label, at every bin edge, and
-serves at the lowest edge that passes: a bound valid only at one planned look (a one-sided 95%
-Wilson or Newcombe bound, as this was first written) is met by chance sooner or later, and
-served over δ in most runs of a labelled paraphrase stream (issue 44;
-``benchmarks/bench_guard_promise.py``). So an edge is proven only where the upper end of the
+**The proof is anytime-valid.** A table re-decides after every label: a bound valid only at
+one planned look (a one-sided 95% Wilson or Newcombe bound, as this was first written) is met by
+chance sooner or later, and served over δ in most runs of a labelled paraphrase stream (issue
+44; ``benchmarks/bench_guard_promise.py``). So an edge is proven only where the upper end of the
 excess's **confidence sequence** (``_audit.py``'s mixture sequences, the audit guard's own) is
-at most δ, at level ``PROVE_ALPHA / N_BINS``: the wrong rate's sequence and the
-self-disagreement's at half of that each. Why that keeps the promise at ``PROVE_ALPHA`` over a
-table's whole life, however often it is looked at and whichever edge passes: each edge's
-sequence covers that edge's true excess at every look at once, except with probability
-``PROVE_ALPHA / N_BINS`` (Ville's inequality on the mixture martingale), and there are
-``N_BINS`` edges a table may choose, so with probability at least ``1 - PROVE_ALPHA`` every
-edge's sequence covers its excess at every look (Bonferroni over the edges). On that event no
-edge whose excess is over δ ever passes, so neither does the lowest one that passes, at any
-look. The split is what the choice costs: the lowest of many edges that pass is a choice among
-them. The self-disagreement is credited through its own sequence's lower end, so a model whose
-pairs are few or never disagreed gets no credit (no rules on top: the level already holds
-however few the counts). The idea of a user error bound with thresholds learned from labels is
-vCache's; this is a reimplementation per table, relative to the model's variability, and
-shares no code with it.
+at most δ, at the edge's level (the wrong rate's sequence and the self-disagreement's at half
+of it each), and an edge *passes* when it is proven and its own bin holds labels. Which edges
+are tested, in which order and at which level, is fixed before any label by the table's
+configured threshold ``start`` (the one it would serve at without a guard):
+
+- **the descent**: from ``start`` rounded up to an edge (never looser than configured),
+  downward, each edge at ``PROVE_ALPHA / 2``; the threshold is the last edge passed before the
+  first that does not. A failing edge stops it, and so does an empty bin (below the lowest
+  label there is no evidence): the descent never passes over an edge it could not choose;
+- **the edges above** ``start``, tried only when ``start`` itself does not pass: the lowest
+  that passes, those edges sharing ``PROVE_ALPHA / 2`` (each at that over their number).
+
+Why that keeps the promise at ``PROVE_ALPHA`` over a table's whole life, however often it is
+looked at: an edge's sequence covers that edge's true excess at every look at once, except with
+probability its level (Ville's inequality on the mixture martingale). In the descent, let
+``e*`` be the first edge of its fixed order whose true excess is over δ: the descent ends at or
+below ``e*`` only by passing ``e*``, which needs ``e*``'s sequence to miss its excess at some
+look, probability at most ``PROVE_ALPHA / 2`` however many looks; every edge it ends at above
+``e*`` is within δ. The other edges need no share of the level, since the descent stops at the
+first that fails. Above ``start`` the lowest of several edges that pass is a choice among them,
+so they split their half (Bonferroni): with probability at least ``1 - PROVE_ALPHA / 2`` none
+whose excess is over δ ever passes. Together, at most ``PROVE_ALPHA``. A caller that knows no
+configured threshold tests all ``N_BINS`` edges, each at ``PROVE_ALPHA / N_BINS``, and takes
+the lowest that passes (Bonferroni over all): sound too, but a proof at a hundredth of the level
+takes more labels. The promise is per start: a table asked under several thresholds (a call's
+own ``threshold``) runs one descent for each. The self-disagreement is credited through its own
+sequence's lower end, so a model whose pairs are few or never disagreed gets no credit (no rules
+on top: the level already holds however few the counts). The idea of a user error bound with
+thresholds learned from labels is vCache's; this is a reimplementation per table, relative to
+the model's variability, and shares no code with it.
 
 Labels are ``(cosine of the nearest entry, was its answer acceptable)`` and cost little:
 
@@ -168,10 +183,11 @@ TWIN_MIN = 20
 TWIN_MAX = 2000
 
 #: The proving guard's level: the chance, over a table's whole life and however often it is
-#: re-tested, that it ever serves at a threshold whose excess is over δ. Each of the ``N_BINS``
-#: edges a table may choose is proven at ``PROVE_ALPHA / N_BINS`` (see the module
-#: documentation); whether labels *show* a table over budget (a lower bound above δ, which only
-#: ever stops hits) is read at one-sided 95%, as before.
+#: re-tested, that it ever serves at a threshold whose excess is over δ. Half of it is the
+#: descent's from the configured threshold (each edge at ``PROVE_ALPHA / 2``), half the edges'
+#: above it; without a configured threshold each of the ``N_BINS`` edges is proven at
+#: ``PROVE_ALPHA / N_BINS`` (see the module documentation). Whether labels *show* a table over
+#: budget (a lower bound above δ, which only ever stops hits) is read at one-sided 95%, as before.
 PROVE_ALPHA = 0.05
 
 # How often a process re-reads labels other processes added.

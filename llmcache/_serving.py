@@ -247,6 +247,8 @@ class Serving:
             return _MISS
         if budget is None:
             return Ruling("serve", candidate)
+        # No start: the verified stream has no configured threshold of its own (its yeses lie
+        # in a band under the one in force), so its proof is read over all edges.
         threshold = self.evidence.threshold(budget, "verified", default=NO_HIT_THRESHOLD)
         if candidate.similarity.cosine < threshold:
             return _MISS  # a miss, whose answer labels both streams
