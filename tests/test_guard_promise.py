@@ -112,10 +112,10 @@ def test_the_proving_guard_keeps_its_promise_descending_from_its_configured_thre
     for start in (0.9, 0.96):
         runs = [_proving(seed, _step, 3000, start=start) for seed in range(SEEDS)]
         assert sum(r.over for r in runs) <= 1, (start, [(r.served, r.wrong) for r in runs])
-        # Proven at its start at half the level, a table serves about twice what the rule
-        # over all edges does (the test above: a median of some 120).
+        # Proven at its start at half the level, a table serves more than under the rule over
+        # all edges (medians over these seeds: 357 from 0.96, 275 from 0.9, 225 over all).
         if start == 0.96:
-            assert median(r.served for r in runs) > 200
+            assert median(r.served for r in runs) > 300
 
 
 def test_the_audit_guard_leaves_a_good_table_serving_in_nearly_every_run() -> None:
