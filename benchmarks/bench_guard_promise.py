@@ -34,7 +34,11 @@ hits (and its range); ``wrong %``, the median served wrong rate; for the audit g
 nothing, audits and twins being paid calls); ``after``, runs over δ counting only what was
 served after the guard's last change of threshold.
 
+Both guards read every table's configured threshold (``--start``, default 0.9, the static
+default): the audit guard starts there, the proving guard's proof descends from it.
+
     python benchmarks/bench_guard_promise.py --seeds 20
+    python benchmarks/bench_guard_promise.py --stream synthetic --guard prove --start 0.96
     python benchmarks/bench_guard_promise.py --seeds 200 --stream synthetic
 """
 
@@ -62,7 +66,7 @@ from llmcache import CacheConfig, CachedLLM, CacheOptions, Mode, SemanticCache
 from llmcache.testing import FakeOpenAI
 
 BUDGET = 0.05
-START = 0.9  # the static default: where the audit guard starts
+START = 0.9  # the static default: where the audit guard starts, the proving guard descends from
 
 
 @dataclass
@@ -118,7 +122,7 @@ class Planned:
         return np.stack([self.vectors[t] for t in texts])
 
 
-def synthetic(seed: int, guard: str, profile: str, n: int) -> Run:
+def synthetic(seed: int, guard: str, profile: str, n: int, start: float = START) -> Run:
     """One seed of a synthetic stream of ``n`` queries through ``guard`` (module docstring)."""
     rng = np.random.default_rng(seed)
     base = np.zeros(DIM, dtype=np.float32)
@@ -145,7 +149,7 @@ def synthetic(seed: int, guard: str, profile: str, n: int) -> Run:
     # The names are not words: the opposites gate (which refuses "q12" for "q7" as another
     # number) is not what this measures.
     config = CacheConfig(
-        threshold=START,
+        threshold=start,
         guard=guard,
         wrong_hit_budget=BUDGET,
         explore_seed=seed,
@@ -233,13 +237,15 @@ def quora_pairs(path: Path, n: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def quora(pairs: list[tuple[str, str]], embedder: Precomputed, guard: str, seed: int) -> Run:
+def quora(
+    pairs: list[tuple[str, str]], embedder: Precomputed, guard: str, seed: int, start: float = START
+) -> Run:
     """One seed of the paraphrase stream through ``guard`` (module docstring)."""
     order = list(range(len(pairs)))
     random.Random(seed).shuffle(order)
     # The answer of a pair is its index: a hit is right when it serves its own pair's.
     llm = FakeOpenAI(lambda request: request["messages"][0]["content"].rsplit("#", 1)[1])
-    config = CacheConfig(threshold=START, guard=guard, wrong_hit_budget=BUDGET, explore_seed=seed)
+    config = CacheConfig(threshold=start, guard=guard, wrong_hit_budget=BUDGET, explore_seed=seed)
     run = Run(asks=len(pairs), served=0, wrong=0, llm_calls=0)
     with tempfile.TemporaryDirectory() as tmp:
         cache = SemanticCache(Path(tmp) / "c", embedder=embedder, config=config)
@@ -289,10 +295,20 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=999, help="quora: duplicate pairs")
     parser.add_argument("--lookups", type=int, default=2000, help="synthetic: queries a stream")
     parser.add_argument("--data", type=Path, default=QUORA)
+    parser.add_argument(
+        "--start",
+        type=float,
+        default=START,
+        help="the tables' configured threshold: where the audit guard starts and the proving "
+        "guard's proof descends from",
+    )
     args = parser.parse_args()
     guards = ("prove", "audit") if args.guard == "both" else (args.guard,)
     print(header_line(machine_info()))
-    print(f"bench_guard_promise: δ = {BUDGET}, audit guard from {START}, {args.seeds} seeds")
+    print(
+        f"bench_guard_promise: δ = {BUDGET}, configured threshold {args.start} (the audit guard's "
+        f"start, the proving guard's descent), {args.seeds} seeds"
+    )
     print(
         "| stream | guard | runs over δ | served, median [range] | wrong %, median | "
         "audits | explored | cut | over δ after the last change |"
@@ -302,7 +318,10 @@ def main() -> int:
     if args.stream in ("both", "synthetic"):
         for profile in PROFILES:
             for guard in guards:
-                runs = [synthetic(seed, guard, profile, args.lookups) for seed in range(args.seeds)]
+                runs = [
+                    synthetic(seed, guard, profile, args.lookups, args.start)
+                    for seed in range(args.seeds)
+                ]
                 print(row(f"synthetic {profile} ({args.lookups:,})", guard, runs), flush=True)
     if args.stream in ("both", "quora"):
         if not args.data.exists():
@@ -317,7 +336,7 @@ def main() -> int:
         embedder = Precomputed(model_id, dict(zip(unique, vectors, strict=True)))
         for guard in guards:
             started = time.perf_counter()
-            runs = [quora(pairs, embedder, guard, seed) for seed in range(args.seeds)]
+            runs = [quora(pairs, embedder, guard, seed, args.start) for seed in range(args.seeds)]
             print(row(f"quora ({len(pairs)} pairs)", guard, runs), flush=True)
             print(f"  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     return 0

@@ -12,26 +12,41 @@ at most δ. The second rate is the model's **self-disagreement**, measured on *p
 answers to one prompt under the same equivalence; for a deterministic upstream it is 0, and the
 excess is the plain wrong-hit rate: one rule, not two modes.
 
-**The proof is anytime-valid.** A table re-decides after every label, at every bin edge, and
-serves at the lowest edge that passes: a bound valid only at one planned look (a one-sided 95%
-Wilson or Newcombe bound, as this was first written) is met by chance sooner or later, and
-served over δ in most runs of a labelled paraphrase stream (issue 44;
-``benchmarks/bench_guard_promise.py``). So an edge is proven only where the upper end of the
+**The proof is anytime-valid.** A table re-decides after every label: a bound valid only at
+one planned look (a one-sided 95% Wilson or Newcombe bound, as this was first written) is met by
+chance sooner or later, and served over δ in most runs of a labelled paraphrase stream (issue
+44; ``benchmarks/bench_guard_promise.py``). So an edge is proven only where the upper end of the
 excess's **confidence sequence** (``_audit.py``'s mixture sequences, the audit guard's own) is
-at most δ, at level ``PROVE_ALPHA / N_BINS``: the wrong rate's sequence and the
-self-disagreement's at half of that each. Why that keeps the promise at ``PROVE_ALPHA`` over a
-table's whole life, however often it is looked at and whichever edge passes: each edge's
-sequence covers that edge's true excess at every look at once, except with probability
-``PROVE_ALPHA / N_BINS`` (Ville's inequality on the mixture martingale), and there are
-``N_BINS`` edges a table may choose, so with probability at least ``1 - PROVE_ALPHA`` every
-edge's sequence covers its excess at every look (Bonferroni over the edges). On that event no
-edge whose excess is over δ ever passes, so neither does the lowest one that passes, at any
-look. The split is what the choice costs: the lowest of many edges that pass is a choice among
-them. The self-disagreement is credited through its own sequence's lower end, so a model whose
-pairs are few or never disagreed gets no credit (no rules on top: the level already holds
-however few the counts). The idea of a user error bound with thresholds learned from labels is
-vCache's; this is a reimplementation per table, relative to the model's variability, and
-shares no code with it.
+at most δ, at the edge's level (the wrong rate's sequence and the self-disagreement's at half
+of it each), and an edge *passes* when it is proven and its own bin holds labels. Which edges
+are tested, in which order and at which level, is fixed before any label by the table's
+configured threshold ``start`` (the one it would serve at without a guard):
+
+- **the descent**: from ``start`` rounded up to an edge (never looser than configured),
+  downward, each edge at ``PROVE_ALPHA / 2``; the threshold is the last edge passed before the
+  first that does not. A failing edge stops it, and so does an empty bin (below the lowest
+  label there is no evidence): the descent never passes over an edge it could not choose;
+- **the edges above** ``start``, tried only when ``start`` itself does not pass: the lowest
+  that passes, those edges sharing ``PROVE_ALPHA / 2`` (each at that over their number).
+
+Why that keeps the promise at ``PROVE_ALPHA`` over a table's whole life, however often it is
+looked at: an edge's sequence covers that edge's true excess at every look at once, except with
+probability its level (Ville's inequality on the mixture martingale). In the descent, let
+``e*`` be the first edge of its fixed order whose true excess is over δ: the descent ends at or
+below ``e*`` only by passing ``e*``, which needs ``e*``'s sequence to miss its excess at some
+look, probability at most ``PROVE_ALPHA / 2`` however many looks; every edge it ends at above
+``e*`` is within δ. The other edges need no share of the level, since the descent stops at the
+first that fails. Above ``start`` the lowest of several edges that pass is a choice among them,
+so they split their half (Bonferroni): with probability at least ``1 - PROVE_ALPHA / 2`` none
+whose excess is over δ ever passes. Together, at most ``PROVE_ALPHA``. A caller that knows no
+configured threshold tests all ``N_BINS`` edges, each at ``PROVE_ALPHA / N_BINS``, and takes
+the lowest that passes (Bonferroni over all): sound too, but a proof at a hundredth of the level
+takes more labels. The promise is per start: a table asked under several thresholds (a call's
+own ``threshold``) runs one descent for each. The self-disagreement is credited through its own
+sequence's lower end, so a model whose pairs are few or never disagreed gets no credit (no rules
+on top: the level already holds however few the counts). The idea of a user error bound with
+thresholds learned from labels is vCache's; this is a reimplementation per table, relative to
+the model's variability, and shares no code with it.
 
 Labels are ``(cosine of the nearest entry, was its answer acceptable)`` and cost little:
 
@@ -122,6 +137,7 @@ __all__ = [
     "proven_threshold",
     "proves",
     "same_answer",
+    "start_index",
     "table_stats",
     "wilson_interval",
     "with_budget",
@@ -167,10 +183,11 @@ TWIN_MIN = 20
 TWIN_MAX = 2000
 
 #: The proving guard's level: the chance, over a table's whole life and however often it is
-#: re-tested, that it ever serves at a threshold whose excess is over δ. Each of the ``N_BINS``
-#: edges a table may choose is proven at ``PROVE_ALPHA / N_BINS`` (see the module
-#: documentation); whether labels *show* a table over budget (a lower bound above δ, which only
-#: ever stops hits) is read at one-sided 95%, as before.
+#: re-tested, that it ever serves at a threshold whose excess is over δ. Half of it is the
+#: descent's from the configured threshold (each edge at ``PROVE_ALPHA / 2``), half the edges'
+#: above it; without a configured threshold each of the ``N_BINS`` edges is proven at
+#: ``PROVE_ALPHA / N_BINS`` (see the module documentation). Whether labels *show* a table over
+#: budget (a lower bound above δ, which only ever stops hits) is read at one-sided 95%, as before.
 PROVE_ALPHA = 0.05
 
 # How often a process re-reads labels other processes added.
@@ -221,16 +238,22 @@ def excess_interval(
 
 
 def proves(
-    wrong: int, n: int, disagree: int, pairs: int, budget: float, alpha: float = PROVE_ALPHA
+    wrong: int,
+    n: int,
+    disagree: int,
+    pairs: int,
+    budget: float,
+    level: float = PROVE_ALPHA / N_BINS,
 ) -> bool:
     """Whether ``wrong`` of ``n`` labels at an edge prove its excess within ``budget``: the
     upper end of its confidence sequence (:func:`~llmcache._audit.excess_sequence`, the wrong
-    rate's upper end less the self-disagreement's lower end, each at half the level) is at
-    most ``budget``, at ``alpha`` split over the ``N_BINS`` edges a table may choose (see the
-    module documentation)."""
-    level = alpha / N_BINS / 2
-    credit = rate_sequence(disagree, pairs, level)[0] if disagree else 0.0
-    return rate_sequence_below(wrong, n, budget + credit, level)
+    rate's upper end less the self-disagreement's lower end, each at half of ``level``) is at
+    most ``budget``. ``level`` is the chance, over every look, that this one edge is proven
+    while its excess is over ``budget``: the edge's share of :data:`PROVE_ALPHA`, which
+    :func:`decide` gives (by default the share of an edge among all ``N_BINS``)."""
+    half = level / 2
+    credit = rate_sequence(disagree, pairs, half)[0] if disagree else 0.0
+    return rate_sequence_below(wrong, n, budget + credit, half)
 
 
 def _bin(cosine: float) -> int | None:
@@ -391,45 +414,85 @@ def _cumulative(labels: Labels) -> list[tuple[int, int, int]]:
     return out
 
 
+def start_index(start: float) -> int:
+    """The bin edge a proving guard's descent starts from: ``start`` (a table's configured
+    threshold) rounded *up* to an edge, so the first edge tested is never looser than
+    configured; a start above the top edge starts at the top edge, one under the lowest at
+    the lowest (no label lies below it)."""
+    steps = math.ceil((start - LABEL_FLOOR) / BIN_WIDTH - 1e-9)
+    return min(N_BINS - 1, max(0, steps))
+
+
 def decide(
-    table: Labels, budget: float, pool: Labels | None = None, pairs: Labels | None = None
+    table: Labels,
+    budget: float,
+    pool: Labels | None = None,
+    pairs: Labels | None = None,
+    start: float | None = None,
 ) -> Decision:
     """The threshold a table serves at under ``budget``, from its own labels and, when it
     pools, its pool's (see the module documentation). The self-disagreement is measured on
     the pairs of ``pairs`` (by default the pool's when pooling, else the table's own).
 
-    Only the edges of bins holding labels qualify: below the lowest label there is no
-    evidence. An edge is proven by :func:`proves`, a confidence sequence at
-    :data:`PROVE_ALPHA` split over the ``N_BINS`` edges, so the lowest edge proven may be
-    chosen after every label and the promise still holds (see the module documentation); a
-    pool's proof is read the same way, about the pool's traffic. With none proven the table
-    stays at :data:`STRICT_THRESHOLD`, where every would-be hit is explored
-    (:func:`explore_probability`), so nothing unproven is served; :data:`EXACT_THRESHOLD`
-    once labels show the strict one over budget (the lower bound of its excess above
-    ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin over budget.
+    An edge *passes* when :func:`proves` proves it from labels at or above it and its own bin
+    holds labels (below the lowest label there is no evidence): the table's labels, or its
+    pool's where the table's do not show it over budget (a pool's proof is about the pool's
+    traffic). Which edges are tested, and at what level, is fixed before any label, so that
+    the threshold may be re-decided after every label and the promise still holds at
+    :data:`PROVE_ALPHA` (see the module documentation):
+
+    - with ``start`` (the table's configured threshold): a **descent** from ``start`` rounded
+      up to an edge (:func:`start_index`), edge by edge downward, each at ``PROVE_ALPHA / 2``;
+      the threshold is the last edge passed before the first that does not pass (an empty
+      bin stops the descent: it is never skipped). Only when ``start`` itself does not pass,
+      the lowest edge *above* it that passes, those edges sharing the other half
+      (Bonferroni);
+    - without (a caller that knows no configured threshold): the lowest edge that passes
+      among all ``N_BINS``, each at ``PROVE_ALPHA / N_BINS``.
+
+    With none passed the table stays at :data:`STRICT_THRESHOLD`, where every would-be hit is
+    explored (:func:`explore_probability`), so nothing unproven is served;
+    :data:`EXACT_THRESHOLD` once labels show the strict one over budget (the lower bound of
+    its excess above ``budget``); :data:`NO_HIT_THRESHOLD` once they show even the top bin
+    over budget.
     """
     if pairs is None:
         pairs = pool if pool is not None else table
     p_n, p_d = pairs.pairs, pairs.pairs_differ
-
-    def proven(n: int, wrong: int) -> bool:
-        return proves(wrong, n, p_d, p_n, budget)
-
-    def shown_over(n: int, wrong: int) -> bool:
-        return n > 0 and excess_interval(wrong, n, p_d, p_n, _Z_ONE_SIDED)[0] > budget
-
     own = _cumulative(table)
     shared = _cumulative(pool) if pool is not None else None
-    best: Decision | None = None
-    for index in range(N_BINS - 1, -1, -1):
+
+    def passes(index: int, level: float) -> Decision | None:
         here, n, wrong = own[index]
-        if here and proven(n, wrong):
-            best = Decision(_edge(index), True, "table")
-            continue
-        if shared is not None:
-            pool_here, pool_n, pool_wrong = shared[index]
-            if pool_here and proven(pool_n, pool_wrong) and not shown_over(n, wrong):
-                best = Decision(_edge(index), True, "pool")
+        if here and proves(wrong, n, p_d, p_n, budget, level):
+            return Decision(_edge(index), True, "table")
+        if shared is None:
+            return None
+        pool_here, pool_n, pool_wrong = shared[index]
+        shown_over = n > 0 and excess_interval(wrong, n, p_d, p_n, _Z_ONE_SIDED)[0] > budget
+        if pool_here and not shown_over and proves(pool_wrong, pool_n, p_d, p_n, budget, level):
+            return Decision(_edge(index), True, "pool")
+        return None
+
+    def lowest_passing(indices: range, level: float) -> Decision | None:
+        best: Decision | None = None
+        for index in indices:
+            best = passes(index, level) or best
+        return best
+
+    best: Decision | None = None
+    if start is None:
+        best = lowest_passing(range(N_BINS - 1, -1, -1), PROVE_ALPHA / N_BINS)
+    else:
+        first = start_index(start)
+        for index in range(first, -1, -1):
+            passed = passes(index, PROVE_ALPHA / 2)
+            if passed is None:
+                break
+            best = passed
+        above = N_BINS - 1 - first
+        if best is None and above:
+            best = lowest_passing(range(N_BINS - 1, first, -1), PROVE_ALPHA / 2 / above)
     if best is not None:
         return best
     return Decision(_unproven_threshold(table, budget, pool, pairs), False)
@@ -514,16 +577,19 @@ def audit_state(
     )
 
 
-def proven_threshold(labels: Labels, budget: float) -> float | None:
-    """The lowest bin edge that ``labels`` alone prove within ``budget`` (their own pairs as
-    the self-disagreement); ``None`` while no edge is proven so."""
-    decision = decide(labels, budget)
+def proven_threshold(labels: Labels, budget: float, start: float | None = None) -> float | None:
+    """The bin edge that ``labels`` alone prove within ``budget`` (their own pairs as the
+    self-disagreement; from ``start``, as :func:`decide` reads it); ``None`` while no edge is
+    proven so."""
+    decision = decide(labels, budget, start=start)
     return decision.threshold if decision.proven else None
 
 
-def learned_threshold(labels: Labels, budget: float, pool: Labels | None = None) -> float:
+def learned_threshold(
+    labels: Labels, budget: float, pool: Labels | None = None, start: float | None = None
+) -> float:
     """The threshold a table under ``budget`` uses (:func:`decide`'s)."""
-    return decide(labels, budget, pool).threshold
+    return decide(labels, budget, pool, start=start).threshold
 
 
 def explore_probability(explored: int, *, proven: bool = True) -> float:
@@ -557,7 +623,9 @@ def with_budget(
     """``table`` with its labels, pairs, exploration and twin spend, and (under a budget) the
     threshold in force, the estimated wrong-hit rate and excess at it with their two-sided 95%
     intervals; the same for its ``verified`` stream when given. ``pool``: its pool's
-    evidence, when the table pools."""
+    evidence, when the table pools. ``start``: the table's configured threshold, where the
+    audit guard starts and the proving guard's proof descends from (``None``: not known, and
+    the proving guard's threshold is read over all edges, :func:`decide`)."""
     pairs = pool if pool is not None else labels
     update: dict[str, Any] = {
         "labels": labels.count,
@@ -610,7 +678,7 @@ def with_budget(
         }
     elif budget is not None:
         update["guard"] = "prove"
-        decision = decide(labels, budget, pool, pairs)
+        decision = decide(labels, budget, pool, pairs, start)
         evidence = pool if decision.source == "pool" and pool is not None else labels
         # Unproven, the evidence that matters is the one at the strict threshold (what keeps
         # it closed, or will open it).
@@ -704,8 +772,8 @@ class BudgetBook:
         self._ledger = ledger
         self._lock = threading.Lock()
         self._tables: dict[tuple[str, Stream], Labels] = {}
-        # (table, pool, stream, budget) -> the decision in force
-        self._decisions: dict[tuple[str, str | None, Stream, float], Decision] = {}
+        # (table, pool, stream, budget, start) -> the decision in force
+        self._decisions: dict[tuple[str, str | None, Stream, float, float | None], Decision] = {}
         # (table, pool, budget, start) -> where the table stands under the audit guard
         self._audits: dict[tuple[str, str | None, float, float, bool], AuditState] = {}
         self._loaded_at: float | None = None
@@ -745,34 +813,51 @@ class BudgetBook:
             return table.copy()
 
     def decision(
-        self, key: str, budget: float, stream: Stream = "hits", pool: str | None = None
+        self,
+        key: str,
+        budget: float,
+        stream: Stream = "hits",
+        pool: str | None = None,
+        start: float | None = None,
     ) -> Decision:
-        """The threshold in force for a table's stream under ``budget``, and its proof."""
+        """The threshold in force for a table's stream under ``budget``, and its proof;
+        ``start``: the table's configured threshold, where its proof descends from
+        (:func:`decide`)."""
         table = self._table(key, stream)
         shared = self._table(pool, stream) if pool is not None else None
         # The model's variability is one whatever the stream: the pairs live with ``hits``.
         pairs = self._table(pool if pool is not None else key, "hits")
         with self._lock:
-            cached = self._decisions.get((key, pool, stream, budget))
+            cached = self._decisions.get((key, pool, stream, budget, start))
             if cached is None:
-                cached = decide(table, budget, shared, pairs)
-                self._decisions[(key, pool, stream, budget)] = cached
+                cached = decide(table, budget, shared, pairs, start)
+                self._decisions[(key, pool, stream, budget, start)] = cached
             return cached
 
     def threshold(
-        self, key: str, budget: float, stream: Stream = "hits", pool: str | None = None
+        self,
+        key: str,
+        budget: float,
+        stream: Stream = "hits",
+        pool: str | None = None,
+        start: float | None = None,
     ) -> float:
-        """The threshold in force for a table's stream under ``budget``."""
-        return self.decision(key, budget, stream, pool).threshold
+        """The threshold in force for a table's stream under ``budget`` (from ``start``)."""
+        return self.decision(key, budget, stream, pool, start).threshold
 
     def explore(
-        self, key: str, budget: float, stream: Stream = "hits", pool: str | None = None
+        self,
+        key: str,
+        budget: float,
+        stream: Stream = "hits",
+        pool: str | None = None,
+        start: float | None = None,
     ) -> bool:
         """Whether this would-be hit under ``budget`` is explored (counted as one exploration
         of the table's stream, and of its pool's, when it is): always while labels prove no
         threshold; once proven, ever rarer as the evidence that proved it (the table's or its
         pool's) is explored."""
-        decision = self.decision(key, budget, stream, pool)
+        decision = self.decision(key, budget, stream, pool, start)
         table = self._table(key, stream)
         shared = self._table(pool, stream) if pool is not None else None
         with self._lock:
@@ -827,13 +912,20 @@ class BudgetBook:
             self._ledger.add(pool, {"wa_audits": 1})
         return chosen
 
-    def twin(self, key: str, budget: float, rate: float, pool: str | None = None) -> bool:
+    def twin(
+        self,
+        key: str,
+        budget: float,
+        rate: float,
+        pool: str | None = None,
+        start: float | None = None,
+    ) -> bool:
         """Whether this miss under ``budget`` is also asked a second time, for a pair of fresh
         answers: with probability ``rate`` while the pairs (the pool's, when pooling) are too
         few for the estimate (:func:`pairs_wanted`)."""
         if rate <= 0.0:
             return False
-        decision = self.decision(key, budget, "hits", pool)
+        decision = self.decision(key, budget, "hits", pool, start)
         table = self._table(key, "hits")
         pairs = self._table(pool, "hits") if pool is not None else table
         evidence = pairs if pool is not None else table
@@ -909,15 +1001,29 @@ class TableEvidence:
             logger.warning("wrong-hit budget unavailable for this call", exc_info=True)
             return default
 
-    def threshold(self, budget: float, stream: Stream = "hits", *, default: float) -> float:
+    def threshold(
+        self,
+        budget: float,
+        stream: Stream = "hits",
+        *,
+        default: float,
+        start: float | None = None,
+    ) -> float:
         result: float = self._safely(
-            lambda: self.book.threshold(self.key, budget, stream, self.pool), default
+            lambda: self.book.threshold(self.key, budget, stream, self.pool, start), default
         )
         return result
 
-    def explore(self, budget: float, stream: Stream = "hits", *, default: bool) -> bool:
+    def explore(
+        self,
+        budget: float,
+        stream: Stream = "hits",
+        *,
+        default: bool,
+        start: float | None = None,
+    ) -> bool:
         result: bool = self._safely(
-            lambda: self.book.explore(self.key, budget, stream, self.pool), default
+            lambda: self.book.explore(self.key, budget, stream, self.pool, start), default
         )
         return result
 
@@ -932,9 +1038,9 @@ class TableEvidence:
         result: bool = self._safely(lambda: self.book.audit(self.key, self.pool), False)
         return result
 
-    def twin(self, budget: float, rate: float) -> bool:
+    def twin(self, budget: float, rate: float, start: float | None = None) -> bool:
         result: bool = self._safely(
-            lambda: self.book.twin(self.key, budget, rate, self.pool), False
+            lambda: self.book.twin(self.key, budget, rate, self.pool, start), False
         )
         return result
 

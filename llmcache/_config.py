@@ -120,7 +120,8 @@ class CacheConfig(BaseModel):
 
     ``guard`` says how a budget is kept (``None``: ``prove`` when ``wrong_hit_budget`` is set,
     else ``off``). ``prove`` (fail-closed) serves a table only at a threshold its labels prove
-    within δ, exploring would-be hits until then; ``audit`` (fail-open) serves from the first
+    within δ (the proof descends from the table's ``threshold``: docs/wrong-hit-budget.md),
+    exploring would-be hits until then; ``audit`` (fail-open) serves from the first
     candidate at the table's ``threshold`` and audits a share of would-be hits (asked like an
     exploration: the caller gets the fresh answer), tightening a table whose audits show its
     excess above δ, by bounds valid however often they are looked at; ``off`` serves by the

@@ -183,7 +183,10 @@ class Serving:
         if self.policy.guard == "audit":
             state = self.evidence.audit_state(budget, self.policy.threshold, samples=self.samples)
             return state.threshold if state is not None else STRICT_THRESHOLD
-        return self.evidence.threshold(budget, default=STRICT_THRESHOLD)
+        # The proving guard's proof descends from the table's configured threshold.
+        return self.evidence.threshold(
+            budget, default=STRICT_THRESHOLD, start=self.policy.threshold
+        )
 
     def _checked(self) -> bool:
         """Whether this would-be hit is asked anyway and compared: audited under the audit
@@ -193,7 +196,7 @@ class Serving:
             return False
         if self.policy.guard == "audit":
             return self.evidence.audit()
-        return self.evidence.explore(budget, default=False)
+        return self.evidence.explore(budget, default=False, start=self.policy.threshold)
 
     def _varied(self, candidates: list[Candidate], floor: float) -> Candidate:
         """The candidate to serve: the nearest, or with variety one drawn at random from the
@@ -244,6 +247,8 @@ class Serving:
             return _MISS
         if budget is None:
             return Ruling("serve", candidate)
+        # No start: the verified stream has no configured threshold of its own (its yeses lie
+        # in a band under the one in force), so its proof is read over all edges.
         threshold = self.evidence.threshold(budget, "verified", default=NO_HIT_THRESHOLD)
         if candidate.similarity.cosine < threshold:
             return _MISS  # a miss, whose answer labels both streams
@@ -345,7 +350,9 @@ class Serving:
     def twin_wanted(self) -> bool:
         """Whether this miss is asked a second time, for a pair of fresh answers."""
         budget = self.policy.wrong_hit_budget
-        return budget is not None and self.evidence.twin(budget, self.policy.twin_rate)
+        return budget is not None and self.evidence.twin(
+            budget, self.policy.twin_rate, start=self.policy.threshold
+        )
 
     def paired(self, same: bool) -> None:
         """Two fresh answers to this call's prompt were compared (``same``: alike)."""

@@ -35,12 +35,13 @@ class Served:
         return self.served > 0 and self.wrong / self.served > BUDGET
 
 
-def _proving(seed: int, wrong_rate: WrongRate, n: int) -> Served:
-    """A table under the proving guard: would-be lookups at a cosine uniform in [0.8, 1)."""
+def _proving(seed: int, wrong_rate: WrongRate, n: int, start: float | None = None) -> Served:
+    """A table under the proving guard (its proof descending from ``start``, the configured
+    threshold; ``None``: over all edges): would-be lookups at a cosine uniform in [0.8, 1)."""
     rng = random.Random(seed)
     labels = Labels()
     out = Served()
-    decision = decide(labels, BUDGET)
+    decision = decide(labels, BUDGET, start=start)
     for _ in range(n):
         cosine = rng.uniform(0.8, 1.0)
         wrong = rng.random() < wrong_rate(cosine)
@@ -51,7 +52,7 @@ def _proving(seed: int, wrong_rate: WrongRate, n: int) -> Served:
                 continue
             labels.explored += 1
         labels.add(cosine, not wrong)
-        decision = decide(labels, BUDGET)
+        decision = decide(labels, BUDGET, start=start)
     return out
 
 
@@ -96,6 +97,25 @@ def test_the_proving_guard_keeps_its_promise_where_a_threshold_exists_and_serves
     runs = [_proving(seed, wrong_rate, 3000) for seed in range(SEEDS)]
     assert sum(r.over for r in runs) <= 1, [(r.served, r.wrong) for r in runs]
     assert median(r.served for r in runs) > 100
+
+
+def _step(cosine: float) -> float:
+    # 1% wrong from 0.96 up, 8% under it: a threshold within δ exists, lower ones do not.
+    return 0.01 if cosine >= 0.96 else 0.08
+
+
+def test_the_proving_guard_keeps_its_promise_descending_from_its_configured_threshold() -> None:
+    # From 0.9 (over δ on both streams: the edges above it are tried) and from 0.96 (within
+    # δ, with every edge under it over: the descent must stop there).
+    over = [_proving(seed, lambda cosine: 0.065, 2000, start=0.9) for seed in range(SEEDS)]
+    assert sum(r.over for r in over) <= 1, [(r.served, r.wrong) for r in over]
+    for start in (0.9, 0.96):
+        runs = [_proving(seed, _step, 3000, start=start) for seed in range(SEEDS)]
+        assert sum(r.over for r in runs) <= 1, (start, [(r.served, r.wrong) for r in runs])
+        # Proven at its start at half the level, a table serves more than under the rule over
+        # all edges (medians over these seeds: 357 from 0.96, 275 from 0.9, 225 over all).
+        if start == 0.96:
+            assert median(r.served for r in runs) > 300
 
 
 def test_the_audit_guard_leaves_a_good_table_serving_in_nearly_every_run() -> None:

@@ -51,7 +51,7 @@ def _client(tmp_path: Path, responder: Any, **config: Any) -> CachedLLM:
         tmp_path / "c",
         embedder=PlannedEmbedder(),
         # No twins: these tests count the LLM's calls (twins have tests of their own).
-        config=CacheConfig(threshold=0.9, **{"twin_rate": 0.0, **config}),
+        config=CacheConfig(**{"threshold": 0.9, "twin_rate": 0.0, **config}),
     )
     return CachedLLM(FakeOpenAI(responder), cache=cache)
 
@@ -272,6 +272,9 @@ def test_off_the_path_the_miss_is_paid_then_verified_and_a_later_lookup_hits(
         verifier=verifier,
         verify_path="background",
         wrong_hit_budget=0.2,
+        # Configured where the near misses lie (0.9 from "base" is a rounding under 0.9, in the
+        # bin from 0.895): the proving guard's proof descends from the configured threshold.
+        threshold=0.895,
     )
     _stored(client)
     # Near misses (0.9 from "base", 0.81 from each other) under the strict threshold 0.97: each
