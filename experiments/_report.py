@@ -410,6 +410,16 @@ def _correlation_section(
         "",
         *ratings,
         "",
+        *_surviving(
+            [
+                # The thesis: the rating rises with similarity; the truth stays above.
+                (f"{judge} judge, {mode}", table, _rising(cor.regions[mode]))
+                for judge, by_mode in cor.ratings.items()
+                for mode, table in by_mode.items()
+            ],
+            rel,
+        ),
+        "",
         *_reliability_table(cor.reliability),
         "",
         "![correlation](figures/correlation.png)",
@@ -437,6 +447,11 @@ def _compare_section(cmp_: CompareResult, ctx: ReportContext) -> Section:
         *(
             _rating_line(f"{judge} judge", table, cmp_.reliability.get(judge))
             for judge, table in cmp_.ratings.items()
+        ),
+        "",
+        *_surviving(
+            [(f"{judge} judge", table, _COMPARED) for judge, table in cmp_.ratings.items()],
+            cmp_.reliability,
         ),
         "",
         *_reliability_table(cmp_.reliability),
@@ -1187,6 +1202,64 @@ def _rating_line(title: str, table: RatingTable, rel: JudgeReliability | None = 
     mark = _not_a_finding(rel)
     title = f"{title} ({mark})" if mark else title
     return f"- {title}: {parts} ({table.judgements} rankings, {table.failures} failed)"
+
+
+# The direct comparison's conclusions (Fig 3.10): the two modes against each other, against a
+# random answer, and the truth against each.
+_COMPARED = (
+    ("full", "keyword"),
+    ("full", "random"),
+    ("keyword", "random"),
+    ("true", "full"),
+    ("true", "keyword"),
+)
+
+
+def _rising(regions: Sequence[str]) -> list[tuple[str, str]]:
+    """Fig 3.4/3.5's conclusions: the most similar region against the least, the truth
+    against the most similar."""
+    if not regions:
+        return []
+    return [(regions[-1], regions[0]), ("true", regions[-1])]
+
+
+def _versus(table: RatingTable, a: str, b: str) -> str:
+    """How candidate ``a`` rates against ``b``: "above", "below", or "level with" when their
+    mus lie within two standard deviations of their difference; "" when either is missing."""
+    ra, rb = table.overall.get(a), table.overall.get(b)
+    if ra is None or rb is None:
+        return ""
+    spread = 2 * math.hypot(ra.sigma, rb.sigma)
+    if ra.mu - rb.mu > spread:
+        return "above"
+    if rb.mu - ra.mu > spread:
+        return "below"
+    return "level with"
+
+
+def _surviving(
+    judged: Sequence[tuple[str, RatingTable, Sequence[tuple[str, str]]]],
+    rel: dict[str, JudgeReliability],
+) -> list[str]:
+    """What each judge's ratings say of their comparisons (pairs of candidate labels), read
+    off only for a judge shown above chance: the thesis's conclusions that survive it."""
+    lines = [
+        "Which comparisons survive (only a judge above chance draws any; a difference counts "
+        "when two mus lie more than twice the standard deviation of their difference apart):",
+        "",
+    ]
+    for title, table, comparisons in judged:
+        judge = table.judge
+        verdict = rel[judge].verdict if judge in rel else "not measured"
+        if verdict == "not measured":
+            lines.append(f"- {title}: none, its test against chance was not measured.")
+            continue
+        if verdict != "above chance":
+            lines.append(f"- {title}: none, the judge is {verdict}.")
+            continue
+        said = [f"{a} {how} {b}" for a, b in comparisons if (how := _versus(table, a, b))]
+        lines.append(f"- {title}: " + ("; ".join(said) if said else "nothing to compare") + ".")
+    return lines
 
 
 def _share_text(share: PairShare | None) -> str:

@@ -135,6 +135,15 @@ def test_a_judge_that_answers_by_position_alone_is_reported_at_chance() -> None:
     # ...and the reference judge's are not.
     assert not any("reference" in line.split("|")[1] for line in marked if line.startswith("|"))
     assert "- reference: above chance; its TrueSkill figures are findings." in text
+    # Which of the thesis's comparisons survive: the reference judge's, not this judge's.
+    assert "- llm:m judge: none, the judge is at chance." in text
+    assert "- llm:m judge, full: none, the judge is at chance." in text
+    (survives,) = [
+        line
+        for line in text.splitlines()
+        if line.startswith("- reference judge: ") and "±" not in line  # not the ratings line
+    ]
+    assert survives.endswith("true above full; true above keyword.")
 
 
 def test_a_judge_that_always_prefers_the_true_answer_is_reported_at_100_percent() -> None:
@@ -150,6 +159,10 @@ def test_a_judge_that_always_prefers_the_true_answer_is_reported_at_100_percent(
     assert "100.0% [91.2%, 100.0%] of 40 pairs | " in text
     assert "- llm:m: above chance; its TrueSkill figures are findings." in text
     assert "not a finding" not in text
+    (survives,) = [
+        line for line in text.splitlines() if line.startswith("- llm:m judge: ") and "±" not in line
+    ]
+    assert "full above random" in survives and "true above keyword" in survives
 
 
 def test_verdicts_follow_the_interval() -> None:
