@@ -24,10 +24,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import openai
-
 from ._judge import Judgement, JudgeQuery, ReferenceJudge, TextEmbedder
-from ._odds import choice_field, rating_distribution
+from ._odds import check_positive, choice_field, first_readable, rating_distribution
 
 __all__ = ["AnswerFirstJudge", "expected_rating"]
 
@@ -92,10 +90,7 @@ class AnswerFirstJudge:
         max_tokens: int = 400,
         name: str | None = None,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        check_positive(max_attempts=max_attempts, max_tokens=max_tokens)
         self._client = client
         self._reference = ReferenceJudge(embedder)
         self.model = model
@@ -127,17 +122,10 @@ class AnswerFirstJudge:
         if self.logprobs:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = 10
-        for _ in range(self.max_attempts):
-            try:
-                completion = self._client.chat.completions.create(**kwargs)
-            except openai.APIError:
-                continue
-            choices = choice_field(completion, "choices") or []
-            text = expected_rating(choices[0]) if choices else None
-            if text is not None:
-                self._answers[prompt] = text
-                return text
-        return None
+        text = first_readable(self._client, kwargs, self.max_attempts, expected_rating)
+        if text is not None:
+            self._answers[prompt] = text
+        return text
 
     def judge(self, query: JudgeQuery) -> Judgement:
         own = self.answer(query.prompt)

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-__all__ = ["choice_field", "rating_distribution", "top_odds"]
+import openai
+
+__all__ = ["check_positive", "choice_field", "first_readable", "rating_distribution", "top_odds"]
+
+T = TypeVar("T")
 
 
 def choice_field(x: Any, name: str) -> Any:
@@ -61,4 +66,29 @@ def rating_distribution(choice: Any, low: int = 1, high: int = 10) -> dict[int, 
             probs[10] += p1 * zero
         total = sum(probs.values())
         return {k: v / total for k, v in sorted(probs.items())} if total > 0 else None
+    return None
+
+
+def check_positive(**values: int) -> None:
+    """A judge's count arguments (attempts, characters, tokens) must be at least 1."""
+    for name, value in values.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def first_readable(
+    client: Any, request: dict[str, Any], attempts: int, read: Callable[[Any], T | None]
+) -> T | None:
+    """Ask ``request`` of ``client``'s chat completions up to ``attempts`` times and return the
+    first answer ``read`` makes sense of (``read`` gets the first choice); None when no attempt
+    did. API errors count as attempts: a judge records a failure rather than raising."""
+    for _ in range(attempts):
+        try:
+            completion = client.chat.completions.create(**request)
+        except openai.APIError:
+            continue
+        choices = choice_field(completion, "choices") or []
+        value = read(choices[0]) if choices else None
+        if value is not None:
+            return value
     return None

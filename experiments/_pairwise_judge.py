@@ -26,8 +26,6 @@ import itertools
 import random
 from typing import Any
 
-import openai
-
 from ._judge import (
     Judgement,
     JudgeQuery,
@@ -36,7 +34,7 @@ from ._judge import (
     split_candidates,
     truncate_text,
 )
-from ._odds import choice_field, top_odds
+from ._odds import check_positive, choice_field, first_readable, top_odds
 
 __all__ = ["PairwiseJudge", "pair_prompt", "preference"]
 
@@ -112,10 +110,7 @@ class PairwiseJudge:
         max_chars: int = 1200,
         name: str | None = None,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if max_chars < 1:
-            raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+        check_positive(max_attempts=max_attempts, max_chars=max_chars)
         self._client = client
         self.model = model
         self.both_orders = both_orders
@@ -156,16 +151,9 @@ class PairwiseJudge:
             kwargs["top_logprobs"] = 5
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
-        for _ in range(self.max_attempts):
-            try:
-                completion = self._client.chat.completions.create(**kwargs)
-            except openai.APIError:
-                continue
-            choices = choice_field(completion, "choices") or []
-            p = preference(choices[0], ties=self.ties) if choices else None
-            if p is not None:
-                return p
-        return None
+        return first_readable(
+            self._client, kwargs, self.max_attempts, lambda c: preference(c, ties=self.ties)
+        )
 
     def presentation_orders(self, query: JudgeQuery, x: str, y: str) -> list[tuple[str, str]]:
         """The (A, B) orders the pair ``x``, ``y`` is shown in (seeded per query and pair)."""

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import openai
-
 from ._judge import (
     Judgement,
     JudgeQuery,
@@ -33,7 +31,7 @@ from ._judge import (
     split_candidates,
     truncate_text,
 )
-from ._odds import choice_field, rating_distribution
+from ._odds import check_positive, choice_field, first_readable, rating_distribution
 
 __all__ = ["ScoreJudge", "expected_score", "score_prompt"]
 
@@ -87,10 +85,7 @@ class ScoreJudge:
         max_chars: int = 1200,
         name: str | None = None,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if max_chars < 1:
-            raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+        check_positive(max_attempts=max_attempts, max_chars=max_chars)
         self._client = client
         self.model = model
         self.logprobs = logprobs
@@ -124,16 +119,7 @@ class ScoreJudge:
             kwargs["top_logprobs"] = 10
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature
-        for _ in range(self.max_attempts):
-            try:
-                completion = self._client.chat.completions.create(**kwargs)
-            except openai.APIError:
-                continue
-            choices = choice_field(completion, "choices") or []
-            s = expected_score(choices[0]) if choices else None
-            if s is not None:
-                return s
-        return None
+        return first_readable(self._client, kwargs, self.max_attempts, expected_score)
 
     def judge(self, query: JudgeQuery) -> Judgement:
         present, empty = split_candidates(query)
