@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._judge import Judgement, JudgeQuery, ReferenceJudge, TextEmbedder
+from ._judge import Judgement, JudgeQuery, ReferenceJudge, TextEmbedder, failed_judgement
 from ._odds import check_positive, choice_field, first_readable, rating_distribution
 
 __all__ = ["AnswerFirstJudge", "expected_rating"]
@@ -130,13 +130,6 @@ class AnswerFirstJudge:
     def judge(self, query: JudgeQuery) -> Judgement:
         own = self.answer(query.prompt)
         if own is None:
-            return Judgement(
-                query_id=query.query_id,
-                group=query.group,
-                judge=self.name,
-                failed=True,
-                error="the judge gave no answer of its own",
-                empty=[c.label for c in query.candidates if c.text is None],
-            )
+            return failed_judgement(query, self.name, "the judge gave no answer of its own")
         judged = self._reference.judge(query.model_copy(update={"truth": own}))
         return judged.model_copy(update={"judge": self.name})

@@ -49,12 +49,14 @@ __all__ = [
     "LLMJudge",
     "ReferenceJudge",
     "TextEmbedder",
+    "failed_judgement",
     "fractional_ranks",
     "pair_share",
     "pairwise_agreement",
     "ranking_prompt",
     "reliability",
     "score_tiers",
+    "scored_judgement",
     "split_candidates",
     "truncate_text",
 ]
@@ -172,6 +174,36 @@ def split_candidates(query: JudgeQuery) -> tuple[list[JudgeCandidate], list[str]
 
 _DEFAULT_MAX_CHARS = 1200
 _FEEDBACK_CHARS = 200  # of an invalid answer echoed back on a retry
+
+
+def failed_judgement(query: JudgeQuery, judge: str, error: str) -> Judgement:
+    """``judge``'s judgement of ``query`` when it could not rank: counted, never guessed."""
+    return Judgement(
+        query_id=query.query_id,
+        group=query.group,
+        judge=judge,
+        failed=True,
+        error=error,
+        empty=split_candidates(query)[1],
+    )
+
+
+def scored_judgement(
+    query: JudgeQuery, judge: str, scores: dict[str, float], **extra: Any
+) -> Judgement:
+    """``judge``'s judgement of ``query`` from a score per present candidate (higher is
+    better, equal scores tie, empty candidates last); ``extra`` sets further fields."""
+    tiers = score_tiers(scores)
+    empty = split_candidates(query)[1]
+    return Judgement(
+        query_id=query.query_id,
+        group=query.group,
+        judge=judge,
+        ranks=fractional_ranks([*tiers, empty]),
+        presentations=[[label for tier in tiers for label in tier]] if scores else [],
+        empty=empty,
+        **extra,
+    )
 
 
 def truncate_text(text: str, max_chars: int) -> str:
@@ -424,14 +456,7 @@ class LLMJudge:
             # Presentation 2 is presentation 1 reversed: the single-order reversal check.
             reversal_same, reversal_pairs = _order_counts(first_two[0], first_two[1])
         if not obtained:
-            return Judgement(
-                query_id=query.query_id,
-                group=query.group,
-                judge=self.name,
-                failed=True,
-                error=error or "no valid ranking",
-                empty=empty,
-            )
+            return failed_judgement(query, self.name, error or "no valid ranking")
         mean_pos = {c.label: fmean(p.index(c.label) + 1 for p in obtained) for c in present}
         # Mean positions already behave like fractional ranks (n candidates' means always sum
         # to n(n+1)/2, equal means are ties); the empties share the places after them.

@@ -29,8 +29,8 @@ from typing import Any
 from ._judge import (
     Judgement,
     JudgeQuery,
-    fractional_ranks,
-    score_tiers,
+    failed_judgement,
+    scored_judgement,
     split_candidates,
     truncate_text,
 )
@@ -162,7 +162,7 @@ class PairwiseJudge:
         return [first, (first[1], first[0])] if self.both_orders else [first]
 
     def judge(self, query: JudgeQuery) -> Judgement:
-        present, empty = split_candidates(query)
+        present, _ = split_candidates(query)
         texts = {c.label: c.text or "" for c in present}
         scores = dict.fromkeys(texts, 0.0)
         reversal_pairs, reversal_same = 0, 0.0
@@ -173,13 +173,8 @@ class PairwiseJudge:
                 if p is not None:
                     prefs.append(p if a == x else 1.0 - p)
             if not prefs:
-                return Judgement(
-                    query_id=query.query_id,
-                    group=query.group,
-                    judge=self.name,
-                    failed=True,
-                    error=f"no readable preference between {x!r} and {y!r}",
-                    empty=empty,
+                return failed_judgement(
+                    query, self.name, f"no readable preference between {x!r} and {y!r}"
                 )
             if len(prefs) == 2:
                 reversal_pairs += 1
@@ -187,15 +182,11 @@ class PairwiseJudge:
             p = sum(prefs) / len(prefs)
             scores[x] += p
             scores[y] += 1.0 - p
-        tiers = score_tiers({k: round(v, _SCORE_DIGITS) for k, v in scores.items()})
-        return Judgement(
-            query_id=query.query_id,
-            group=query.group,
-            judge=self.name,
-            ranks=fractional_ranks([*tiers, empty]),
-            presentations=[[label for tier in tiers for label in tier]] if texts else [],
+        return scored_judgement(
+            query,
+            self.name,
+            {k: round(v, _SCORE_DIGITS) for k, v in scores.items()},
             agreement=reversal_same / reversal_pairs if reversal_pairs else None,
-            empty=empty,
             reversal_pairs=reversal_pairs,
             reversal_same=reversal_same,
         )

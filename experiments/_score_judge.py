@@ -26,8 +26,8 @@ from typing import Any
 from ._judge import (
     Judgement,
     JudgeQuery,
-    fractional_ranks,
-    score_tiers,
+    failed_judgement,
+    scored_judgement,
     split_candidates,
     truncate_text,
 )
@@ -122,26 +122,10 @@ class ScoreJudge:
         return first_readable(self._client, kwargs, self.max_attempts, expected_score)
 
     def judge(self, query: JudgeQuery) -> Judgement:
-        present, empty = split_candidates(query)
         scores: dict[str, float] = {}
-        for c in present:
+        for c in split_candidates(query)[0]:
             s = self.score(query.prompt, c.text or "")
             if s is None:
-                return Judgement(
-                    query_id=query.query_id,
-                    group=query.group,
-                    judge=self.name,
-                    failed=True,
-                    error=f"no readable score for {c.label!r}",
-                    empty=empty,
-                )
+                return failed_judgement(query, self.name, f"no readable score for {c.label!r}")
             scores[c.label] = round(s, _SCORE_DIGITS)
-        tiers = score_tiers(scores)
-        return Judgement(
-            query_id=query.query_id,
-            group=query.group,
-            judge=self.name,
-            ranks=fractional_ranks([*tiers, empty]),
-            presentations=[[label for tier in tiers for label in tier]] if scores else [],
-            empty=empty,
-        )
+        return scored_judgement(query, self.name, scores)
