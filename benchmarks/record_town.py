@@ -42,15 +42,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES = ("importance score", "finding location", "actor reaction", "agent reaction")
 
 
-def source_calls(path: Path, categories: tuple[str, ...]) -> list[tuple[TownCall, float]]:
-    """The run's valid calls of ``categories``, in the order the town asked them."""
+def source_calls(
+    path: Path, categories: tuple[str, ...], agents: tuple[str, ...] = ()
+) -> list[tuple[TownCall, float]]:
+    """The run's valid calls of ``categories`` (of ``agents``, when given), in the order the
+    town asked them."""
     out = []
     with gzip.open(path, "rt", encoding="utf-8") as lines:
         for line in lines:
             record = json.loads(line)
             if record.get("kind") != "call" or record.get("category") not in categories:
                 continue
-            if not record.get("valid"):
+            if not record.get("valid") or (agents and record.get("agent") not in agents):
                 continue
             metadata = record.get("metadata") or {}
             when = float(metadata.get("sim_minute", 0)) * 60.0
@@ -106,10 +109,16 @@ def record_run(
     client = server.client()
     started = time.perf_counter()
     asked = 0
+    finished = {int(d["index"]) for d in done}
+    # One agent's calls after another: consecutive prompts then share the agent's persona
+    # block, which the server's prompt cache keeps, so a first ask costs about a third. The
+    # lines are put back in the town's order at the end (each keeps its index).
+    order = sorted(range(len(calls)), key=lambda i: (calls[i][0].agent or "", i))
     with partial.open("a", encoding="utf-8") as out:
-        for i, (call, when) in enumerate(calls):
-            if i < len(done):
+        for i in order:
+            if i in finished:
                 continue
+            call, when = calls[i]
             # A seed of its own for every ask: with one seed for all, llama.cpp draws identical
             # prompts' answers from the same random numbers, so a prompt asked again gets the
             # same answer, and a cached answer agrees with the truth far more often than the
@@ -140,14 +149,16 @@ def record_run(
                 line["other_answers"] = [second[0]] if second else []
                 counts[f"recorded: {call.category}"] += 1
                 counts["second answer missing"] += second is None
-            out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            out.write(json.dumps({**line, "index": i}, ensure_ascii=False) + "\n")
             out.flush()
-            done.append(line)
+            done.append({**line, "index": i})
             asked += 1
             if asked % 10 == 0:
                 rate = (time.perf_counter() - started) / asked
-                sys.stderr.write(f"{partial.name}: {i + 1}/{len(calls)} ({rate:.1f} s a call)\n")
-    return [d for d in done if not d.get("skipped")]
+                progress = f"{len(done)}/{len(calls)} ({rate:.1f} s a call)"
+                sys.stderr.write(f"{partial.name}: {progress}\n")
+    done.sort(key=lambda d: int(d["index"]))
+    return [{k: v for k, v in d.items() if k != "index"} for d in done if not d.get("skipped")]
 
 
 def _relative(path: Path) -> str:
@@ -163,6 +174,7 @@ def main() -> int:
     parser.add_argument("--source", type=Path, default=ROOT / "docs/results/quick/data")
     parser.add_argument("--runs", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--category", action="append", help="repeatable (default: four)")
+    parser.add_argument("--agent", action="append", help="repeatable (default: every agent)")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--temperature", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=1)
@@ -173,6 +185,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     categories = tuple(args.category or CATEGORIES)
+    agents = tuple(args.agent or ())
     args.out.mkdir(parents=True, exist_ok=True)
     counts: Counter[str] = Counter()
     spec = MODELS[args.model]
@@ -184,7 +197,7 @@ def main() -> int:
             target = args.out / f"run{run}.jsonl.gz"
             if target.exists():
                 continue
-            calls = source_calls(args.source / f"run{run}.jsonl.gz", categories)
+            calls = source_calls(args.source / f"run{run}.jsonl.gz", categories, agents)
             partial = args.out / f"run{run}.partial.jsonl"
             lines = record_run(server, run, calls, partial, args, counts)
             with gzip.open(target, "wt", encoding="utf-8") as out:
@@ -200,6 +213,7 @@ def main() -> int:
         "seed": args.seed,
         "attempts": args.attempts,
         "categories": list(categories),
+        "agents": list(agents) or "every agent",
         "source": _relative(args.source),
         "runs": args.runs,
         "command": "python benchmarks/record_town.py " + shlex.join(sys.argv[1:]),

@@ -75,6 +75,9 @@ class Profile(BaseModel):
     # The embedding modes the replay study tunes and reports (each mode embeds every text of
     # the recording once; a whole prompt costs several times a keyword's on 2 cores).
     replay_modes: list[ReplayMode] = Field(default_factory=lambda: list(_REPLAY_MODES))
+    # Seeded replays the replay study reads the audit guard's catch over (each a replay of the
+    # whole recording per mode).
+    guard_seeds: int = Field(default=5, ge=1)
     seed: int = 0
 
     def runs_step(self, name: str) -> bool:
@@ -109,6 +112,7 @@ QUICK = Profile(
     live_budget=False,
     # Keyword mode only: the whole prompts of the recording would take minutes to embed.
     replay_modes=["keyword"],
+    guard_seeds=1,
 )
 
 STANDARD = Profile(

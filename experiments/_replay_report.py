@@ -6,15 +6,30 @@ from llmcache.replay import Figures
 
 from ._results import ReplayBed, ReplayRow, ReplayStudyResult
 
-__all__ = ["COST_GOAL", "headline", "replay_lines"]
+__all__ = [
+    "AUDITS_TO_CATCH",
+    "AUDIT_CUT_SHARE",
+    "AUDIT_SLACK",
+    "COST_GOAL",
+    "headline",
+    "replay_lines",
+]
 
 #: The issue's goals for the town's recording: the overall cost cut, and the served answers
 #: a category needs before its own bound is held to δ.
 COST_GOAL = 0.60
 MIN_SERVED = 50
+#: The guard issue's goals for the audit guard on the town's recording: a share of the static
+#: default's cut kept, a slack over δ for the served answers' upper bound, and the audits by
+#: which a group over δ at the default is caught (the median over seeds).
+AUDIT_CUT_SHARE = 0.90
+AUDIT_SLACK = 2.0
+AUDITS_TO_CATCH = 60
 _NAMES = {
     "tuned": "tuned",
     "static": "static default",
+    "audit": "audit guard",
+    "prove": "proving guard",
     "serve": "serve mode",
     "random": "random answer",
 }
@@ -62,12 +77,18 @@ def headline(result: ReplayStudyResult) -> str | None:
         "the model's own second answers)"
     ]
     static = _row(bed, best.mode, "static")
+    audit = _row(bed, best.mode, "audit")
     serve = _row(bed, best.mode, "serve")
     rnd = _row(bed, "-", "random")
     if static is not None:
         parts.append(
             f"the static default threshold {_pct(static.overall.cost_cut)} "
             f"(excess {_excess(static.overall)})"
+        )
+    if audit is not None:
+        parts.append(
+            f"the audit guard from the static default {_pct(audit.overall.cost_cut)} "
+            f"(excess {_excess(audit.overall)})"
         )
     if serve is not None:
         parts.append(f"serve mode {_pct(serve.overall.cost_cut)} (excess {_excess(serve.overall)})")
@@ -112,6 +133,68 @@ def _goal_lines(result: ReplayStudyResult, bed: ReplayBed) -> list[str]:
                     f"{row.mode} mode, {name}: {f.served} served with an excess upper bound of "
                     f"{_pts(f.excess_upper)} points, above {delta:g}: worse than the goal."
                 )
+    return lines
+
+
+def _guard_lines(result: ReplayStudyResult, bed: ReplayBed) -> list[str]:
+    """The guards against their goals: the audit guard's cut beside the static default's, its
+    served answers' bound, and how soon it caught the groups the static default ran over δ."""
+    lines = []
+    delta = 100 * result.delta
+    for audit in (r for r in bed.rows if r.config == "audit"):
+        static = _row(bed, audit.mode, "static")
+        o = audit.overall
+        if static is not None and static.overall.cost_cut > 0:
+            share = o.cost_cut / static.overall.cost_cut
+            bound = o.excess_upper
+            kept = share >= AUDIT_CUT_SHARE
+            held = bound is not None and bound <= delta + AUDIT_SLACK
+            lines.append(
+                f"{audit.mode} mode, audit guard: cost cut {_pct(o.cost_cut)}, "
+                f"{_pct(share)} of the static default's {_pct(static.overall.cost_cut)} "
+                f"(goal: at least {_pct(AUDIT_CUT_SHARE)}: {'met' if kept else 'missed'}), "
+                f"{o.audited} audits in the held-out run, excess upper bound {_pts(bound)} "
+                f"points (goal: at most {delta + AUDIT_SLACK:g}: {'met' if held else 'missed'})."
+            )
+        for name, f in audit.categories.items():
+            if f.served >= MIN_SERVED and (f.excess_upper or 0.0) > delta + AUDIT_SLACK:
+                lines.append(
+                    f"{audit.mode} mode, audit guard, {name}: {f.served} served with an excess "
+                    f"upper bound of {_pts(f.excess_upper)} points, above {delta + AUDIT_SLACK:g}."
+                )
+        if static is None:
+            continue
+        for name, f in static.categories.items():
+            if f.excess is None or f.excess <= delta:
+                continue
+            story = audit.guards.get(name)
+            if story is None:
+                continue
+            seeds = len(story.asked)
+            moved = sum(m is not None for m in story.moved_after)
+            closed = sum(story.closed)
+            median = story.median_moved_after()
+            caught = median is not None and moved > seeds / 2 and median <= AUDITS_TO_CATCH
+            lines.append(
+                f"{audit.mode} mode, {name} ran {_pts(f.excess)} points over the model at the "
+                f"static default: the audit guard moved it up in {moved} of {seeds} seeded "
+                f"replays ({closed} closed), "
+                + (
+                    f"after a median of {median:g} audits"
+                    if median is not None
+                    else f"never, over {max(story.asked)} audits at most"
+                )
+                + f" (goal: within {AUDITS_TO_CATCH}: {'met' if caught else 'missed'})."
+            )
+    for prove in (r for r in bed.rows if r.config == "prove"):
+        o = prove.overall
+        opened = [c for c, g in prove.guards.items() if g.moved_after[0] is not None]
+        lines.append(
+            f"{prove.mode} mode, proving guard: cost cut {_pct(o.cost_cut)}, {o.served} of "
+            f"{o.calls} served, {o.explored} explored in the held-out run; it proved a "
+            f"threshold for {len(opened)} of {len(prove.guards)} categories"
+            + (f" ({', '.join(opened)})." if opened else ".")
+        )
     return lines
 
 
@@ -244,6 +327,7 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
                     f"{row.overall.served} of {row.overall.calls} served, excess "
                     f"{_excess(row.overall)} points."
                 )
+        lines += [f"- {line}" for line in _guard_lines(result, bed)]
         lines += [f"- {line}" for line in _baseline_lines(bed)]
         lines += _settings(bed)
         lines += ["", *_bed_table(bed)]

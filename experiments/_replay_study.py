@@ -62,7 +62,7 @@ from llmcache.verification import Within
 
 from ._collect import dataset_paths
 from ._data import Prompt, cosine_of, load_run, messages_key
-from ._results import AnswerSample, ReplayBed, ReplayRow, ReplayStudyResult
+from ._results import AnswerSample, GuardStory, ReplayBed, ReplayRow, ReplayStudyResult
 
 __all__ = [
     "DEFAULT_RECORDING",
@@ -71,6 +71,7 @@ __all__ = [
     "RECORDED_CATEGORIES",
     "STATIC_THRESHOLD",
     "TOWN_RUNS",
+    "committed_recording",
     "read_recording_dir",
     "replay_study",
     "town_calls",
@@ -94,6 +95,11 @@ _SAMPLES = 3
 #: The library's static default threshold (raw cosine) as the town configures it: the
 #: comparison every tuned setting is read against.
 STATIC_THRESHOLD = cache_config().threshold
+
+
+def committed_recording() -> Path | None:
+    """:data:`DEFAULT_RECORDING` when a recording is committed there, else ``None``."""
+    return DEFAULT_RECORDING if any(DEFAULT_RECORDING.glob("run*.jsonl*")) else None
 
 
 def _shown(path: Path) -> str:
@@ -376,6 +382,7 @@ def _bed(
     delta: float,
     thresholds: Sequence[float],
     seed: int,
+    guard_seeds: int = 1,
 ) -> list[ReplayRow]:
     """Every configuration's figures on the checked calls of ``calls``."""
     checked = sum(mask)
@@ -431,6 +438,40 @@ def _bed(
                 settings={"all": f"{mode.value} mode, threshold {STATIC_THRESHOLD:.2f}"},
             )
         )
+        for guard in ("audit", "prove"):
+            # Both guards start from the static default (the audit guard serves from there and
+            # tightens what its audits show over δ; the proving guard descends from there once
+            # proven), over the whole stream: they learn on runs 1-2 and go on learning in the
+            # held-out run. The audit guard's draws are seeded: ``guard_seeds`` of them.
+            reports = [
+                replay(
+                    calls,
+                    base.updated(
+                        embed=mode, threshold=STATIC_THRESHOLD, guard=guard, wrong_hit_budget=delta
+                    ),
+                    embedder=embedder,
+                    seed=seed + k,
+                    prices=prices,
+                )
+                for k in range(guard_seeds if guard == "audit" else 1)
+            ]
+            overall, per = _figures_of(reports[0].results, calls, mask, equivalences)
+            rows.append(
+                ReplayRow(
+                    bed=bed,
+                    mode=mode.value,
+                    config=guard,
+                    overall=overall,
+                    categories=per,
+                    settings={
+                        "all": f"{mode.value} mode, from threshold {STATIC_THRESHOLD:.2f}, "
+                        f"δ = {100 * delta:g} points"
+                    },
+                    guards=_guard_stories(
+                        [r.results for r in reports], STATIC_THRESHOLD, audit=guard == "audit"
+                    ),
+                )
+            )
         served = _table_answers(calls, mask, embedder, mode, equivalences, prices, seed)
         overall, per = _figures_of(served, calls, mask, equivalences)
         rows.append(
@@ -440,6 +481,36 @@ def _bed(
     overall, per = _figures_of(drawn, calls, mask, equivalences)
     rows.append(ReplayRow(bed=bed, mode="-", config="random", overall=overall, categories=per))
     return rows
+
+
+def _guard_stories(
+    seeds: Sequence[Sequence[CallResult]], start: float, *, audit: bool
+) -> dict[str, GuardStory]:
+    """Per category, what a guard did over each seed's whole stream: its asks beside the served
+    answers (audits, or explorations under the proving guard) and how many came before the
+    threshold in force first rose above ``start`` (for the proving guard, before it first
+    served: its threshold stands above every cosine until a proof)."""
+    stories: dict[str, GuardStory] = {}
+    for results in seeds:
+        asked: Counter[str] = Counter()
+        moved: dict[str, int | None] = {}
+        closed: dict[str, bool] = {}
+        for r in results:
+            if r.category not in moved:
+                moved[r.category], closed[r.category] = None, False
+            rose = r.threshold is not None and r.threshold > start + 1e-9
+            if audit and moved[r.category] is None and rose:
+                moved[r.category] = asked[r.category]
+                closed[r.category] = r.threshold is not None and r.threshold > 1.0
+            if not audit and moved[r.category] is None and r.served is not None:
+                moved[r.category] = asked[r.category]
+            asked[r.category] += int(r.audited if audit else r.explored)
+        for category in moved:
+            story = stories.setdefault(category, GuardStory(asked=[], moved_after=[], closed=[]))
+            story.asked.append(asked[category])
+            story.moved_after.append(moved[category])
+            story.closed.append(closed[category])
+    return dict(sorted(stories.items()))
 
 
 def _samples(
@@ -495,6 +566,7 @@ def replay_study(
     park: Path | None = PARK,
     agents: Sequence[str] | None = None,
     seed: int = 0,
+    guard_seeds: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> ReplayStudyResult:
     """The replay study (see the module docstring) of the recording in ``recording`` (a
@@ -503,12 +575,13 @@ def replay_study(
     the queries' requirements read from the town runs in ``town_runs``; beside it the shared
     agent's day from ``park`` when that folder exists. ``embeddings``: where the embedded
     texts are kept between runs. ``agents``: only the calls of these agents (their tables
-    whole), for a shorter study."""
+    whole), for a shorter study. ``guard_seeds``: how many seeded replays the audit guard's
+    catch is read over (its row's figures are the first seed's)."""
     started = time.perf_counter()
     say = progress or (lambda _: None)
     stored = StoredEmbedder(embedder, embeddings)
-    if recording is None and any(DEFAULT_RECORDING.glob("run1.jsonl*")):
-        recording = DEFAULT_RECORDING
+    if recording is None:
+        recording = committed_recording()
     provenance: dict[str, Any] = {}
     if recording is not None:  # a recording asked for and missing is an error, not a fallback
         runs, provenance = read_recording_dir(recording)
@@ -551,6 +624,7 @@ def replay_study(
         delta=delta,
         thresholds=thresholds,
         seed=seed,
+        guard_seeds=guard_seeds,
     )
     held_out = [c for c, m in zip(calls, mask, strict=True) if m]
     samples, answers, echoes, broken = _samples(held_out, _SAMPLES, seed)
@@ -593,6 +667,7 @@ def replay_study(
                     delta=delta,
                     thresholds=thresholds,
                     seed=seed,
+                    guard_seeds=guard_seeds,
                 ),
             )
         )

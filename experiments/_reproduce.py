@@ -29,7 +29,7 @@ from ._judged import compare, correlation
 from ._pairwise_judge import PairwiseJudge
 from ._profiles import Profile
 from ._quality import quality, text_agreements
-from ._replay_study import PARK, TOWN_RUNS, replay_study
+from ._replay_study import PARK, TOWN_RUNS, committed_recording, replay_study
 from ._results import (
     RESULT_MODELS,
     BudgetResult,
@@ -393,10 +393,17 @@ class Study:
             park=self.park,
             embedder=self.embedder,
             embeddings=self.out / "embeddings",
-            # The profile's agents only (the quick profile's two: a study of minutes).
-            agents=self.profile.agents,
+            # A recording is replayed whole (it was recorded to be replayed in minutes); the
+            # town's own runs, the stand-in without one, only for the profile's agents (the
+            # quick profile's two: a study of minutes).
+            agents=(
+                None
+                if (self.recording or committed_recording()) is not None
+                else self.profile.agents
+            ),
             modes=[EmbedMode(m) for m in self.profile.replay_modes],
             seed=self.profile.seed,
+            guard_seeds=self.profile.guard_seeds,
             progress=logger.info,
         )
 

@@ -25,6 +25,7 @@ __all__ = [
     "CorrelationResult",
     "CostResult",
     "GroupCost",
+    "GuardStory",
     "JudgeReliability",
     "ModeCost",
     "ModeSummary",
@@ -448,17 +449,41 @@ class BudgetResult(BaseModel):
     reanswers_asked: int = 0  # second answers the model gave (shared by configurations)
 
 
+class GuardStory(BaseModel):
+    """What a guard did to one category's tables over a whole replayed stream, per seed: the
+    calls it asked beside the served ones (audits, or the proving guard's explorations), and
+    how many of those came before it first moved the threshold in force up from its start
+    (``None``: never), and whether that move closed the table."""
+
+    asked: list[int]
+    moved_after: list[int | None]
+    closed: list[bool]
+
+    def median_moved_after(self) -> float | None:
+        """The median over seeds of the asks before the first move (``None``: no seed moved;
+        a seed that never moved counts as moving after every ask it made)."""
+        if all(m is None for m in self.moved_after):
+            return None
+        pairs = zip(self.moved_after, self.asked, strict=True)
+        values = sorted(float(m if m is not None else a) for m, a in pairs)
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
 class ReplayRow(BaseModel):
     """One configuration of the replay study on its bed's held-out calls: overall and per
     category (llmcache's replay :class:`~llmcache.replay.Figures`: calls, served, cost cut,
-    acceptable, the model's own agreement and the excess over it with its 95% interval)."""
+    acceptable, the model's own agreement and the excess over it with its 95% interval).
+    ``audit`` and ``prove`` are the two guards at the study's δ, each starting from the static
+    default threshold; ``guards`` says per category what the guard did (over ``seeds``)."""
 
     bed: str
     mode: str  # embedding mode; "-" for the random answer
-    config: Literal["tuned", "static", "serve", "random"]
+    config: Literal["tuned", "static", "audit", "prove", "serve", "random"]
     overall: Figures
     categories: dict[str, Figures]
     settings: dict[str, str] = Field(default_factory=dict)  # per category, what was chosen
+    guards: dict[str, GuardStory] = Field(default_factory=dict)
 
 
 class ReplayBed(BaseModel):

@@ -194,6 +194,9 @@ class CallResult(BaseModel):
     audited: bool = False
     twin: bool = False
     cosine: float | None = None
+    # The threshold in force when the call was looked up (a guard moves it; above every
+    # cosine: the table was closed); None when no candidate was looked at.
+    threshold: float | None = None
     query: str
     served: str | None = None  # the cached answer, on a hit
     truth: str
@@ -513,6 +516,7 @@ def replay(
                         audited=info.audited,
                         twin=info.twin,
                         cosine=info.similarity.cosine if info.similarity else None,
+                        threshold=info.threshold,
                         query=info.embed_text or "",
                         served=text if hit else None,
                         truth=call.answer,

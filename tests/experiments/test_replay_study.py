@@ -78,9 +78,13 @@ def test_tuned_on_the_first_runs_and_reported_on_the_last(
     assert configs == [
         ("keyword", "tuned"),
         ("keyword", "static"),
+        ("keyword", "audit"),
+        ("keyword", "prove"),
         ("keyword", "serve"),
         ("full", "tuned"),
         ("full", "static"),
+        ("full", "audit"),
+        ("full", "prove"),
         ("full", "serve"),
         ("-", "random"),
     ]
@@ -97,6 +101,16 @@ def test_tuned_on_the_first_runs_and_reported_on_the_last(
             assert row.overall.served == len(runs[3]) and row.overall.cost_cut == 1.0
         if row.config == "tuned":
             assert set(row.settings) == categories
+    # The guards: a story per category over the whole stream (one seed), the audit guard's
+    # asks its audits (counted in its figures), the proving guard's its explorations.
+    for row in town.rows:
+        if row.config in ("audit", "prove"):
+            assert set(row.guards) == {c.category for calls in runs.values() for c in calls}
+            assert all(len(g.asked) == 1 for g in row.guards.values())
+            held_out = row.overall.audited if row.config == "audit" else row.overall.explored
+            assert held_out <= sum(g.asked[0] for g in row.guards.values())
+        else:
+            assert not row.guards
     # Serve mode (nearest) and a random answer differ in what they serve.
     serve = next(r for r in town.rows if r.config == "serve" and r.mode == "keyword")
     rnd = next(r for r in town.rows if r.config == "random")
