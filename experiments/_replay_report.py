@@ -153,7 +153,13 @@ def _guard_lines(result: ReplayStudyResult, bed: ReplayBed) -> list[str]:
                 f"{audit.mode} mode, audit guard: cost cut {_pct(o.cost_cut)}, "
                 f"{_pct(share)} of the static default's {_pct(static.overall.cost_cut)} "
                 f"(goal: at least {_pct(AUDIT_CUT_SHARE)}: {'met' if kept else 'missed'}), "
-                f"{o.audited} audits in the held-out run, excess upper bound {_pts(bound)} "
+                f"{o.audited} audits in the held-out run"
+                + (
+                    ""
+                    if audit.asked_share is None
+                    else f" ({_pct(audit.asked_share)} of its bill without a cache)"
+                )
+                + f", excess upper bound {_pts(bound)} "
                 f"points (goal: at most {delta + AUDIT_SLACK:g}: {'met' if held else 'missed'})."
             )
         for name, f in audit.categories.items():

@@ -470,6 +470,7 @@ def _bed(
                     guards=_guard_stories(
                         [r.results for r in reports], STATIC_THRESHOLD, audit=guard == "audit"
                     ),
+                    asked_share=_asked_share(reports[0].results, mask, audit=guard == "audit"),
                 )
             )
         served = _table_answers(calls, mask, embedder, mode, equivalences, prices, seed)
@@ -481,6 +482,15 @@ def _bed(
     overall, per = _figures_of(drawn, calls, mask, equivalences)
     rows.append(ReplayRow(bed=bed, mode="-", config="random", overall=overall, categories=per))
     return rows
+
+
+def _asked_share(results: Sequence[CallResult], mask: Sequence[bool], *, audit: bool) -> float:
+    """What the checked calls a guard asked beside the served ones (audits, or explorations)
+    cost without a cache, as a share of what all the checked calls cost without one."""
+    checked = [r for r, m in zip(results, mask, strict=True) if m]
+    bill = sum(r.baseline_usd for r in checked)
+    asked = sum(r.baseline_usd for r in checked if (r.audited if audit else r.explored))
+    return asked / bill if bill > 0 else 0.0
 
 
 def _guard_stories(

@@ -484,6 +484,9 @@ class ReplayRow(BaseModel):
     categories: dict[str, Figures]
     settings: dict[str, str] = Field(default_factory=dict)  # per category, what was chosen
     guards: dict[str, GuardStory] = Field(default_factory=dict)
+    # The guard's asks in the held-out run (audits, or explorations) as a share of its bill
+    # without a cache (what the evidence cost once the tuning part had settled it).
+    asked_share: float | None = None
 
 
 class ReplayBed(BaseModel):

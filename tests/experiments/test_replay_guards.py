@@ -88,6 +88,7 @@ def _result(story: GuardStory, audit_cut: float) -> ReplayStudyResult:
         mode="full",
         config="audit",
         overall=_f(audit_cut, 40, 2.0, 6.5, audited=9),
+        asked_share=0.018,
         categories={"finding location": _f(0.3, 20, 2.0, 9.0), "fine": _f(0.5, 60, 1.0, 8.0)},
         guards={
             "finding location": story,
@@ -113,6 +114,7 @@ def test_the_report_reads_the_audit_guard_against_its_goals() -> None:
     # 46% of the static default's 50% is 92%: kept; the bound 6.5 is within 5 + 2.
     assert "cost cut 46.0%, 92.0% of the static default's 50.0%" in text
     assert "at least 90.0%: met" in text and "at most 7: met" in text
+    assert "9 audits in the held-out run (1.8% of its bill without a cache)" in text
     # Only the group the static default ran over δ is read for its catch: moved in 2 of 3,
     # a median of 40 audits (the seed that never moved counts its 40).
     assert "finding location ran +8.0 points over the model" in text

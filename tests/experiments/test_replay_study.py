@@ -109,6 +109,8 @@ def test_tuned_on_the_first_runs_and_reported_on_the_last(
             assert all(len(g.asked) == 1 for g in row.guards.values())
             held_out = row.overall.audited if row.config == "audit" else row.overall.explored
             assert held_out <= sum(g.asked[0] for g in row.guards.values())
+            assert row.asked_share is not None and 0.0 <= row.asked_share <= 1.0
+            assert (row.asked_share > 0) == (held_out > 0)
         else:
             assert not row.guards
     # Serve mode (nearest) and a random answer differ in what they serve.
