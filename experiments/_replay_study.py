@@ -493,6 +493,12 @@ def _asked_share(results: Sequence[CallResult], mask: Sequence[bool], *, audit: 
     return asked / bill if bill > 0 else 0.0
 
 
+def _split(runs: Sequence[int]) -> str:
+    tuned = runs[:-1]
+    named = f"run {tuned[0]}" if len(tuned) == 1 else f"runs {', '.join(map(str, tuned))}"
+    return f"tuned on {named}, reported on run {runs[-1]}"
+
+
 def _guard_stories(
     seeds: Sequence[Sequence[CallResult]], start: float, *, audit: bool
 ) -> dict[str, GuardStory]:
@@ -644,8 +650,7 @@ def replay_study(
             source=source,
             model=model,
             equivalence="the template's own acceptability (Template.acceptable)",
-            split=f"tuned on runs {', '.join(str(n) for n in sorted(runs)[:-1])}, "
-            f"reported on run {max(runs)}",
+            split=_split(sorted(runs)),
             tune_calls=len(calls) - len(held_out),
             check_calls=len(held_out),
             rows=rows,
