@@ -517,7 +517,7 @@ def _guard_stories(
             rose = r.threshold is not None and r.threshold > start + 1e-9
             if audit and moved[r.category] is None and rose:
                 moved[r.category] = asked[r.category]
-                closed[r.category] = r.threshold is not None and r.threshold > 1.0
+                closed[r.category] = r.closed
             if not audit and moved[r.category] is None and r.served is not None:
                 moved[r.category] = asked[r.category]
             asked[r.category] += int(r.audited if audit else r.explored)

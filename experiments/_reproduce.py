@@ -387,8 +387,9 @@ class Study:
 
     def _replay_study(self) -> ReplayStudyResult:
         # No LLM: the recording answers. Its embeddings are kept beside the study's own.
+        recording = self.recording or committed_recording()
         return replay_study(
-            recording=self.recording,
+            recording=recording,
             town_runs=self.town_runs,
             park=self.park,
             embedder=self.embedder,
@@ -396,11 +397,7 @@ class Study:
             # A recording is replayed whole (it was recorded to be replayed in minutes); the
             # town's own runs, the stand-in without one, only for the profile's agents (the
             # quick profile's two: a study of minutes).
-            agents=(
-                None
-                if (self.recording or committed_recording()) is not None
-                else self.profile.agents
-            ),
+            agents=None if recording is not None else self.profile.agents,
             modes=[EmbedMode(m) for m in self.profile.replay_modes],
             seed=self.profile.seed,
             guard_seeds=self.profile.guard_seeds,

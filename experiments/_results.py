@@ -6,6 +6,7 @@ notebooks and ``report.md`` read only these files, so re-plotting never re-simul
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -465,9 +466,7 @@ class GuardStory(BaseModel):
         if all(m is None for m in self.moved_after):
             return None
         pairs = zip(self.moved_after, self.asked, strict=True)
-        values = sorted(float(m if m is not None else a) for m, a in pairs)
-        mid = len(values) // 2
-        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        return float(statistics.median(m if m is not None else a for m, a in pairs))
 
 
 class ReplayRow(BaseModel):

@@ -128,6 +128,7 @@ __all__ = [
     "Stream",
     "TableEvidence",
     "audit_state",
+    "closes",
     "decide",
     "excess_interval",
     "explore_probability",
@@ -161,6 +162,12 @@ N_BINS = round((1.0 - LABEL_FLOOR) / BIN_WIDTH)
 STRICT_THRESHOLD = 0.97
 EXACT_THRESHOLD = 1.0 - 1e-6  # identical texts embed to cosines a rounding error under 1
 NO_HIT_THRESHOLD = 2.0  # above every cosine
+
+
+def closes(threshold: float) -> bool:
+    """Whether a threshold in force closes its table (no cosine reaches it)."""
+    return threshold >= NO_HIT_THRESHOLD
+
 
 # One-sided 95% (whether labels show a table over budget) and two-sided 95% (the interval
 # `stats` shows).
@@ -689,7 +696,7 @@ def with_budget(
             "wrong_hit_budget": budget,
             "threshold_in_force": decision.threshold,
             "threshold_source": decision.source or None,
-            "closed": decision.threshold >= NO_HIT_THRESHOLD,
+            "closed": closes(decision.threshold),
             "labels_in_force": n,
             "wrong_rate": wrong / n if n else None,
             "wrong_rate_ci": wilson_interval(wrong, n) if n else None,

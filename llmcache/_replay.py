@@ -30,7 +30,7 @@ from typing import Any
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, Field
 
-from ._budget import excess_interval
+from ._budget import closes, excess_interval
 from ._cache import SemanticCache
 from ._client import CachedLLM
 from ._config import CacheConfig, CategoryPolicy
@@ -194,9 +194,10 @@ class CallResult(BaseModel):
     audited: bool = False
     twin: bool = False
     cosine: float | None = None
-    # The threshold in force when the call was looked up (a guard moves it; above every
-    # cosine: the table was closed); None when no candidate was looked at.
+    # The threshold in force when the call was looked up (a guard moves it), and whether it
+    # had closed the table; None when no candidate was looked at.
     threshold: float | None = None
+    closed: bool = False
     query: str
     served: str | None = None  # the cached answer, on a hit
     truth: str
@@ -517,6 +518,7 @@ def replay(
                         twin=info.twin,
                         cosine=info.similarity.cosine if info.similarity else None,
                         threshold=info.threshold,
+                        closed=info.threshold is not None and closes(info.threshold),
                         query=info.embed_text or "",
                         served=text if hit else None,
                         truth=call.answer,

@@ -16,6 +16,7 @@ def _r(
     audited: bool = False,
     explored: bool = False,
     served: bool = False,
+    closed: bool = False,
 ) -> CallResult:
     return CallResult(
         index=0,
@@ -25,6 +26,7 @@ def _r(
         audited=audited,
         explored=explored,
         threshold=threshold,
+        closed=closed,
         query="q",
         served="s" if served else None,
         truth="t",
@@ -41,7 +43,7 @@ def test_the_audit_guard_s_move_is_counted_in_audits_before_it() -> None:
         _r("good", threshold=None),  # no candidate: no threshold in force looked at
         _r("good", served=True),
     ]
-    closing = [_r("bad", audited=True), _r("bad", threshold=1.01), _r("good")]
+    closing = [_r("bad", audited=True), _r("bad", threshold=2.0, closed=True), _r("good")]
     stories = _guard_stories([seed, closing], 0.9, audit=True)
     assert stories["bad"] == GuardStory(asked=[3, 1], moved_after=[2, 1], closed=[False, True])
     assert stories["good"] == GuardStory(asked=[1, 0], moved_after=[None, None], closed=[False] * 2)
