@@ -54,7 +54,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from types import SimpleNamespace
 from typing import Any, Literal
 
 from agent_core import TextAgreement, TownCall
@@ -65,7 +64,7 @@ from llmcache.embedders import Embedder
 from ._adapter import Adapter
 from ._cost import study_price_table
 from ._data import ALL, MODES, Prompt, kept_groups
-from ._replay import ReplayClient
+from ._replay import RecordedAnswers, ReplayClient
 from ._results import BudgetGroup, BudgetResult, BudgetRun, PairedExcess
 from ._stats import paired_difference_interval, rate
 
@@ -88,50 +87,6 @@ def equivalence(call: TownCall, text: TextAgreement) -> Callable[[str, str], boo
             return False
 
     return same
-
-
-class _OutOfRevisions(Exception):
-    """A revision asked for after the revise budget ran out."""
-
-
-class _Answers:
-    """The budget replay's LLM: the query being answered gets its recorded answer (its true
-    answer, at its recorded tokens) the first time it is asked; asked again within the same
-    call (a twin) it goes to the real LLM, as does a revision of a cached answer, while the
-    revise budget lasts."""
-
-    def __init__(self, recorded: Sequence[Prompt], client: Any, model: str, budget: int) -> None:
-        self._replay = ReplayClient(recorded)
-        self._client = client
-        self._model = model
-        self._budget = budget
-        self._asked: set[int] = set()
-        self.revise_calls = 0
-        self.refused = False  # set when a revision was refused; the caller resets it
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
-
-    def begin(self) -> None:
-        """A new query: its first ask is its recorded answer."""
-        self._asked.clear()
-        self.refused = False
-
-    def create(self, **kwargs: Any) -> Any:
-        try:
-            recorded = self._replay.chat.completions.create(**kwargs)
-        except KeyError:  # not a recorded query: a revision
-            recorded = None
-        if recorded is not None:
-            key = id(self._replay.answer_for(kwargs["messages"]))
-            if key not in self._asked:
-                self._asked.add(key)
-                return recorded
-            # The same query asked again while answering it: a fresh answer (a twin).
-            return self._client.chat.completions.create(**{**kwargs, "model": self._model})
-        if self.revise_calls >= self._budget:
-            self.refused = True
-            raise _OutOfRevisions("the revise budget of this configuration is spent")
-        self.revise_calls += 1
-        return self._client.chat.completions.create(**{**kwargs, "model": self._model})
 
 
 class Reanswers:
@@ -252,7 +207,7 @@ def _online(
     """The held-out run through a live cache: online (under ``budget``, kept by the proving
     guard or by the audit guard, or at the static threshold) or in serve mode."""
     tally = _Tally()
-    answers = _Answers(
+    answers = RecordedAnswers(
         [*setup.table_run, *setup.queries], setup.client, setup.model, setup.revise_budget
     )
     first_hit: dict[str, int] = {}

@@ -10,10 +10,11 @@ Two views of the same question -- what does caching save on a held-out run?
   price, and with our local embedder (no dollars).
 - **A replay through llmcache** (measured): the table run's recorded answers are written into a
   real ``SemanticCache`` through ``CachedLLM`` (collect mode, replaying the recorded answers),
-  then every held-out query is sent through ``CachedLLM`` in serve mode to the real LLM: read
-  and choose hits cost nothing, revise hits make real revision calls, misses real calls. The
-  ledger's token counts (the server's usage) priced at gpt-4o-mini give spent and avoided
-  dollars.
+  then every held-out query is sent through ``CachedLLM`` in serve mode: read and choose hits
+  cost nothing, revise hits make real revision calls to the real LLM, and a miss is answered
+  by the call the held-out run made for it (its recorded answer at the server's recorded
+  usage: what asking again would cost, without asking the model the run's calls a second
+  time). The ledger's token counts priced at gpt-4o-mini give spent and avoided dollars.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ._cost import (
     study_price_table,
 )
 from ._data import MODES, EmbeddingStore, Prompt, kept_groups
-from ._replay import ReplayClient
+from ._replay import RecordedAnswers, ReplayClient
 from ._results import CostResult, ReplayCost
 from ._tables import TableIndex
 
@@ -116,12 +117,14 @@ def _replay(
             builder = CachedLLM(ReplayClient(table_run), cache=cache)
             for p in table_run:
                 builder.chat.completions.create_with_info(**_request(p), cache=_options(p))
+            answers = RecordedAnswers(queries, client, model)
             serving = CachedLLM(
-                client,
+                answers,
                 cache=cache.with_config(mode=Mode.SERVE, max_attempts=max_attempts),
             )
             replay = ReplayCost()
             for q in queries:
+                answers.begin()
                 kwargs = _request(q)
                 kwargs["model"] = model
                 replay.calls += 1

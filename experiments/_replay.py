@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
@@ -14,7 +15,7 @@ from openai.types.completion_usage import CompletionUsage
 
 from ._data import Prompt, messages_key
 
-__all__ = ["ReplayClient"]
+__all__ = ["OutOfRevisions", "RecordedAnswers", "ReplayClient"]
 
 
 class _Completions:
@@ -65,3 +66,49 @@ class ReplayClient:
         """The recorded prompt that answers ``messages`` (the last of them, when asked more
         than once), or ``None``."""
         return self._answers.get(messages_key(messages))
+
+
+class OutOfRevisions(Exception):
+    """A revision asked for after the revise budget ran out."""
+
+
+class RecordedAnswers:
+    """A replay's LLM (the budget and cost studies'): the query being answered gets its
+    recorded answer (its true answer, at its recorded tokens: the call the run made) the first
+    time it is asked; asked again within the same call (a twin) it goes to the real LLM, as does
+    a revision of a cached answer, while the revise budget lasts (``None``: no limit)."""
+
+    def __init__(
+        self, recorded: Sequence[Prompt], client: Any, model: str, budget: int | None = None
+    ) -> None:
+        self._replay = ReplayClient(recorded)
+        self._client = client
+        self._model = model
+        self._budget = budget
+        self._asked: set[int] = set()
+        self.revise_calls = 0
+        self.refused = False  # set when a revision was refused; the caller resets it
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def begin(self) -> None:
+        """A new query: its first ask is its recorded answer."""
+        self._asked.clear()
+        self.refused = False
+
+    def create(self, **kwargs: Any) -> Any:
+        try:
+            recorded = self._replay.chat.completions.create(**kwargs)
+        except KeyError:  # not a recorded query: a revision
+            recorded = None
+        if recorded is not None:
+            key = id(self._replay.answer_for(kwargs["messages"]))
+            if key not in self._asked:
+                self._asked.add(key)
+                return recorded
+            # The same query asked again while answering it: a fresh answer (a twin).
+            return self._client.chat.completions.create(**{**kwargs, "model": self._model})
+        if self._budget is not None and self.revise_calls >= self._budget:
+            self.refused = True
+            raise OutOfRevisions("the revise budget of this configuration is spent")
+        self.revise_calls += 1
+        return self._client.chat.completions.create(**{**kwargs, "model": self._model})

@@ -12,4 +12,22 @@ bash scripts/setup.sh
 # instruction outside run-time-dispatched variants.
 .venv/bin/python scripts/check_cpu_baseline.py --installed
 # With the [pg] extra installed, a Postgres test that would skip fails instead.
-LLMCACHE_REQUIRE_PG=1 .venv/bin/python -m pytest "$@"
+export LLMCACHE_REQUIRE_PG=1
+# The fast tests on every core; then the slow end-to-end ones one after another, since each
+# runs the local LLM, which already uses every core. Exit status 5 is pytest's "no test
+# selected" (e.g. arguments that name only slow tests); both selecting none is an error.
+ran=0
+for selection in "not slow" "slow"; do
+    if [[ "$selection" == "slow" ]]; then parallel=(); else parallel=(-n auto); fi
+    status=0
+    .venv/bin/python -m pytest -m "$selection" "${parallel[@]}" "$@" || status=$?
+    if [[ $status -eq 0 ]]; then
+        ran=1
+    elif [[ $status -ne 5 ]]; then
+        exit "$status"
+    fi
+done
+if [[ $ran -eq 0 ]]; then
+    echo "scripts/test.sh: no test selected" >&2
+    exit 5
+fi

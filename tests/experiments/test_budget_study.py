@@ -11,7 +11,6 @@ import pytest
 from agent_core import Requirements, TextAgreement, TownCall
 from experiments._budget_study import (
     STATIC_THRESHOLD,
-    _Answers,
     _paired,
     _sample,
     _Served,
@@ -20,6 +19,7 @@ from experiments._budget_study import (
     equivalence,
 )
 from experiments._data import ALL, Prompt
+from experiments._replay import OutOfRevisions, RecordedAnswers
 from llmcache.types import TableStats
 
 
@@ -116,7 +116,7 @@ class _Live:
 def test_a_query_asked_again_within_its_call_goes_to_the_model() -> None:
     q = _prompt(1)
     live = _Live()
-    answers = _Answers([q], live, "local", budget=0)
+    answers = RecordedAnswers([q], live, "local", budget=0)
     answers.begin()
     first = answers.create(model="m", messages=q.messages)
     assert first.choices[0].message.content == q.response  # its recorded, true answer
@@ -124,6 +124,20 @@ def test_a_query_asked_again_within_its_call_goes_to_the_model() -> None:
     assert live.calls[0]["model"] == "local"
     answers.begin()  # the next query of the run: recorded again
     assert answers.create(model="m", messages=q.messages).choices[0].message.content == q.response
+    revision = [{"role": "user", "content": "revise this"}]
+    with pytest.raises(OutOfRevisions):  # a revision, with no revise budget
+        answers.create(model="m", messages=revision)
+    assert answers.refused and len(live.calls) == 1
+
+
+def test_without_a_revise_budget_every_revision_goes_to_the_model() -> None:
+    q = _prompt(1)
+    live = _Live()
+    answers = RecordedAnswers([q], live, "local")
+    answers.begin()
+    revision = [{"role": "user", "content": "revise this"}]
+    assert [answers.create(model="m", messages=revision) for _ in range(3)] == ["live"] * 3
+    assert answers.revise_calls == 3 and not answers.refused
 
 
 def test_the_static_comparison_is_the_librarys_default() -> None:

@@ -207,6 +207,46 @@ def test_cost_replay_goes_through_cachedllm(study_dir: Path) -> None:
     assert by["keyword"].building_usd < by["full"].building_usd
 
 
+class _Counting:
+    """A live model that counts what it is asked and answers like the scripted town."""
+
+    def __init__(self) -> None:
+        self.town = ScriptedLLM(seed=3)
+        self.asked: list[Any] = []
+        self.chat = self
+        self.completions = self
+
+    def create(self, **kwargs: Any) -> ChatCompletion:
+        self.asked.append(kwargs["messages"])
+        return self.town.chat.completions.create(**kwargs)
+
+
+def test_the_cost_replay_asks_the_model_only_for_revisions(study_dir: Path) -> None:
+    # A miss is answered by the call the held-out run made (its recorded answer and usage):
+    # the model is asked only what the run never asked, i.e. revisions of cached answers.
+    from experiments._cost import study_price_table
+    from experiments._cost_study import _replay
+
+    table_run = load_run(run_paths(study_dir, 1)[0], 1)
+    held_out = load_run(run_paths(study_dir, TINY.runs)[0], TINY.runs)
+    live = _Counting()
+    out = _replay(
+        table_run,
+        held_out,
+        client=live,
+        model="scripted",
+        embedder=HashEmbedder(),
+        max_attempts=2,
+        prices=study_price_table(),
+        progress=None,
+    )
+    recorded = {messages_key(q.messages) for q in held_out}
+    assert not any(messages_key(m) in recorded for m in live.asked)
+    assert len(live.asked) == out["full"].revise_calls + out["keyword"].revise_calls
+    for mode in ("full", "keyword"):
+        assert out[mode].calls == len(held_out) and out[mode].hits > 0
+
+
 def test_cached_steps_are_not_recomputed(study_dir: Path) -> None:
     before = {n: (study_dir / f"{n}.json").stat().st_mtime_ns for n in EXPERIMENTS}
     study = Study(TINY, study_dir, progress=False, embedder=HashEmbedder(), _conn=_StandIn())  # type: ignore[arg-type]
