@@ -138,7 +138,8 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
             comb = curves[-1]
             step = max(1, len(comb.mean) // 10)  # at most ~10 points on a line
             pts = "  ".join(
-                f"{24 * t:.0f}h {m:.3f}"
+                # Tenths of an hour: a short profile's thresholds are not whole hours apart.
+                f"{round(24 * t, 1):g}h {m:.3f}"
                 for t, m in list(zip(sat.thresholds_days, comb.mean, strict=True))[::step]
             )
             print(f"  {mode:8} {pts}")

@@ -2,7 +2,7 @@
 # The main job: install everything (scripts/setup.sh), then the quick cost-reduction study --
 # the town simulated through CachedLLM on the local LLM (no network, no API key), the thesis's
 # chapter-3 experiments on those runs, the cost with and without caching, the saturation
-# curve, figures and report.md (about 11 minutes on 2 cores, 2026-11-24).
+# curve, figures and report.md (about 17 minutes on 2 cores, 2026-11-27: README.md says how long).
 #   scripts/run.sh                       the quick profile, into results/quick
 #   PROFILE=standard scripts/run.sh      8 agents, 3 runs x 1.5 days, all 14 categories (about
 #                                        4 h 5 min on 2 cores, 2026-11-25: the runs 2 h 20 min,
