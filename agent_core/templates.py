@@ -224,15 +224,32 @@ class Template(Generic[R]):
             self.schedule.check(result, req)
         if self.check is not None:
             self.check(result, req)
-        for text in _strings(result):
-            if copies_placeholder(text, self._placeholders) or any(
-                literal in text for literal in self._literals
-            ):
+        for text in _strings(result.model_dump()):
+            if self._echoes(text):
                 raise ValueError("the answer repeats its format's placeholder instead of answering")
             why = degenerate(text)
             if why is not None:
                 raise ValueError(f"the answer is degenerate: {why}")
         return result
+
+    def flaws(self, content: str) -> tuple[bool, bool]:
+        """Whether an answer's text (every string of its JSON, or the text itself) echoes its
+        format's placeholder or literal, and whether it is degenerate: the checks of
+        :meth:`parse`, for counting what a run recorded before they existed."""
+        try:
+            value: Any = json.loads(content)
+        except ValueError:
+            value = content
+        strings = _strings(value)
+        return (
+            any(self._echoes(s) for s in strings),
+            any(degenerate(s) is not None for s in strings),
+        )
+
+    def _echoes(self, text: str) -> bool:
+        return copies_placeholder(text, self._placeholders) or any(
+            literal in text for literal in self._literals
+        )
 
     @functools.cached_property
     def _placeholders(self) -> tuple[re.Pattern[str], ...]:
@@ -318,8 +335,8 @@ class Template(Generic[R]):
         }
 
 
-def _strings(answer: BaseModel) -> list[str]:
-    """Every string value of ``answer``, however deep."""
+def _strings(answer: Any) -> list[str]:
+    """Every string value of ``answer`` (a JSON value), however deep."""
     found: list[str] = []
 
     def visit(value: Any) -> None:
@@ -332,7 +349,7 @@ def _strings(answer: BaseModel) -> list[str]:
             for item in value:
                 visit(item)
 
-    visit(answer.model_dump())
+    visit(answer)
     return found
 
 

@@ -15,7 +15,8 @@ import hashlib
 import json
 import logging
 import os
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,11 @@ from agent_core import Simulation
 from agent_core.llm import open_town_llm
 from agent_core.persona import load_agents
 from agent_core.sim import RunSummary
+from agent_core.templates import CATEGORIES, template
 from llmcache import Mode
 from llmcache.embedders import Embedder
 from llmcache.llm import cpu_model, vector_isa
-from llmcache.recording import read_records
+from llmcache.recording import RecordedCall, read_records
 
 from ._data import load_run
 from ._profiles import Profile
@@ -202,6 +204,19 @@ def _machine(summary_path: Path) -> str:
     return machine if isinstance(machine, str) else ""
 
 
+def _flaws(calls: Iterable[RecordedCall]) -> defaultdict[str, list[int]]:
+    """Per category: the accepted answers that echo their format's placeholder, and the
+    degenerate ones (runs recorded before the town refused them hold some)."""
+    counts: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for call in calls:
+        if call.response is None or call.category not in CATEGORIES:
+            continue
+        echo, broken = template(call.category).flaws(call.response)
+        counts[call.category][0] += echo
+        counts[call.category][1] += broken
+    return counts
+
+
 def _describe(
     run: int, dataset: Path, summary_path: Path, summary: RunSummary, llm: dict[str, Any]
 ) -> RunInfo:
@@ -213,6 +228,7 @@ def _describe(
     # answer at all) needed it too. Escalated: the superior model answered or was tried last.
     resubmitted = sum(1 for c in calls if c.attempts > 1) + failed
     escalated = sum(summary.escalated.values())
+    flawed = _flaws(calls)
     return RunInfo(
         run=run,
         seed=summary.seed,
@@ -239,6 +255,8 @@ def _describe(
                 fell_back=summary.failed.get(c, 0),
                 batched=summary.batched.get(c, 0),
                 batches=summary.batches.get(c, 0),
+                echoes=flawed[c][0],
+                degenerate=flawed[c][1],
             )
             for c, n in sorted(summary.calls.items())
         },

@@ -42,7 +42,6 @@ from numpy.typing import NDArray
 
 from agent_core import TextAgreement, TownCall, template
 from agent_core.llm import cache_config
-from agent_core.text import copies_placeholder, degenerate, format_literals, placeholder_patterns
 from agent_core.tolerance import DEFAULT_TEXT_BOUND
 from llmcache import CacheConfig, CacheOptions, CategoryPolicy, EmbedMode
 from llmcache.embedders import Embedder, StoredEmbedder, embedding_text
@@ -250,34 +249,6 @@ def _canonical(call: ReplayCall, town: TownCall | None) -> ReplayCall:
     return call.model_copy(
         update={"answer": one(call.answer), "other_answers": [one(a) for a in call.other_answers]}
     )
-
-
-def _echoes(category: str, answer: str) -> tuple[bool, bool]:
-    """(a placeholder or literal of the format echoed, a degenerate text) in ``answer``."""
-    t = template(category)
-    try:
-        value: Any = json.loads(answer)
-    except ValueError:
-        value = answer
-    strings: list[str] = []
-
-    def walk(v: Any) -> None:
-        if isinstance(v, str):
-            strings.append(v)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, list):
-            for x in v:
-                walk(x)
-
-    walk(value)
-    patterns = placeholder_patterns(t.answer_format)
-    literals = format_literals(t.answer_format)
-    echo = any(
-        copies_placeholder(s, patterns) or any(lit in s for lit in literals) for s in strings
-    )
-    return echo, any(degenerate(s) is not None for s in strings)
 
 
 # -- the configurations -----------------------------------------------------------------------
@@ -549,7 +520,7 @@ def _samples(
             for c in picked
         ]
         counts[category] = len(group)
-        flags = [_echoes(category, c.answer) for c in group]
+        flags = [template(category).flaws(c.answer) for c in group]
         echoes[category] = sum(e for e, _ in flags)
         broken[category] = sum(d for _, d in flags)
     return samples, counts, echoes, broken

@@ -1435,12 +1435,22 @@ def _shared_prompts(col: CollectResult) -> list[str]:
 
 
 def _answer_table(col: CollectResult) -> list[str]:
-    """How every category's calls were answered, over all runs."""
+    """How every category's calls were answered, over all runs, and how many accepted answers
+    echo their format's placeholder or are degenerate."""
     totals: dict[str, list[int]] = {}
     for r in col.runs:
         for c, n in r.categories.items():
-            t = totals.setdefault(c, [0, 0, 0, 0, 0])
-            for i, v in enumerate((n.asked, n.first_try, n.resubmitted, n.escalated, n.fell_back)):
+            t = totals.setdefault(c, [0] * 7)
+            counts = (
+                n.asked,
+                n.first_try,
+                n.resubmitted,
+                n.escalated,
+                n.fell_back,
+                n.echoes,
+                n.degenerate,
+            )
+            for i, v in enumerate(counts):
                 t[i] += v
     if not totals:
         return []
@@ -1449,10 +1459,21 @@ def _answer_table(col: CollectResult) -> list[str]:
         return _pct(part / whole) if whole else "-"
 
     rows = [
-        (c, str(asked), f"{first} ({share(first, asked)})", str(resub), str(esc), str(fell))
-        for c, (asked, first, resub, esc, fell) in sorted(totals.items())
+        (
+            c,
+            str(asked),
+            f"{first} ({share(first, asked)})",
+            str(resub),
+            str(esc),
+            str(fell),
+            str(echo),
+            str(broken),
+        )
+        for c, (asked, first, resub, esc, fell, echo, broken) in sorted(totals.items())
     ]
-    asked, first, resub, esc, fell = (sum(t[i] for t in totals.values()) for i in range(5))
+    asked, first, resub, esc, fell, echo, broken = (
+        sum(t[i] for t in totals.values()) for i in range(7)
+    )
     rows.append(
         (
             "all",
@@ -1461,10 +1482,14 @@ def _answer_table(col: CollectResult) -> list[str]:
             str(resub),
             str(esc),
             f"{fell} ({share(fell, asked)})",
+            str(echo),
+            str(broken),
         )
     )
     return [
-        f"How the calls were answered ({_model(col)}; all runs, dialogue included):",
+        f"How the calls were answered ({_model(col)}; all runs, dialogue included; the last two "
+        "columns count accepted answers that echo their format's placeholder or literal, and "
+        "degenerate ones: a list of numbers, runaway repetition):",
         "",
         *_table(
             [
@@ -1474,6 +1499,8 @@ def _answer_table(col: CollectResult) -> list[str]:
                 "resubmitted",
                 "escalated",
                 "fell back",
+                "echo a placeholder",
+                "degenerate",
             ],
             rows,
         ),

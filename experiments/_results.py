@@ -67,6 +67,10 @@ class CategoryCounts(BaseModel):
     # those prompts.
     batched: int = 0
     batches: int = 0
+    # Accepted answers (recorded as valid) that echo their format's placeholder or literal, and
+    # that are degenerate (agent_core's Template.flaws): 0 for a town that refuses them.
+    echoes: int = 0
+    degenerate: int = 0
 
 
 class RunInfo(BaseModel):

@@ -129,3 +129,23 @@ def test_ordinary_text_with_numbers_or_repeats_is_not_degenerate(text: str) -> N
 def test_format_literals_are_the_quoted_stand_ins_not_the_placeholders() -> None:
     assert format_literals('{"start": "HH:MM", "activity": "<what {name} does>"}') == ("HH:MM",)
     assert format_literals('{"score": <an integer from 1 to 10>}') == ()
+
+
+@pytest.mark.parametrize(("category", "answer", "why"), ECHOED_OR_DEGENERATE)
+def test_flaws_counts_what_parse_refuses(category: str, answer: str, why: str) -> None:
+    # How a study counts what a run recorded before the town refused such answers: the same
+    # checks on the answer's text, without parsing it (an old answer may not parse any more).
+    echo, broken = template(category).flaws(answer)
+    assert (echo, broken) == (why == "placeholder", why != "placeholder")
+
+
+def test_flaws_of_a_real_answer_or_plain_text() -> None:
+    assert template("memory summary").flaws('{"summary": "Alice likes drawing."}') == (
+        False,
+        False,
+    )
+    assert template("memory summary").flaws("not JSON at all, just text") == (False, False)
+    assert template("memory summary").flaws("42:1:1:1:1:1:1:1:1:4:2:2:2:1:0:3:1:4:1:2") == (
+        False,
+        True,
+    )

@@ -90,3 +90,28 @@ def test_a_run_recorded_by_another_town_is_simulated_again(
     monkeypatch.setattr(collect_module, "town_fingerprint", lambda: "another town")
     _collect(profile, tmp_path)  # another town: simulated again
     assert json.loads(summary.read_text())["settings"]["town"] == "another town"
+
+
+def test_a_run_counts_the_placeholder_echoes_and_degenerate_answers_it_accepted() -> None:
+    # Runs recorded before the town refused such answers hold some; the report counts them.
+    from experiments._collect import _flaws
+    from llmcache.recording import RecordedCall
+
+    def call(category: str, response: str | None) -> RecordedCall:
+        return RecordedCall.model_construct(category=category, response=response)
+
+    counts = _flaws(
+        [
+            call(
+                "new actor statuses",
+                '{"status": "<a short phrase, e.g. being used to make coffee>"}',
+            ),
+            call("new actor statuses", '{"status": "making coffee"}'),
+            call("memory summary", '{"summary": "1, 2, 2, 2, 2, 1, 1, 1, 3, 3, 3, 1, 1, 2"}'),
+            call("memory summary", None),  # no answer: nothing to count
+            call("not a town category", '{"x": "HH:MM"}'),
+        ]
+    )
+    assert counts["new actor statuses"] == [1, 0]
+    assert counts["memory summary"] == [0, 1]
+    assert "not a town category" not in counts

@@ -161,6 +161,7 @@ def test_the_report_says_what_the_run_measured_not_canned_claims(study_dir: Path
     # Every category's calls: asked, valid at the first try, resubmitted, escalated, fell back,
     # with the counts the runs recorded.
     assert "| category | asked | valid at the first try |" in text
+    assert "| fell back | echo a placeholder | degenerate |" in text
     for category in collect.runs[0].categories:
         asked = sum(r.categories[category].asked for r in collect.runs if category in r.categories)
         assert f"| {category} | {asked} | " in text
