@@ -1438,17 +1438,20 @@ def _answer_table(col: CollectResult) -> list[str]:
     """How every category's calls were answered, over all runs, and how many accepted answers
     echo their format's placeholder or are degenerate."""
     totals: dict[str, list[int]] = {}
+    uncounted: set[str] = set()  # categories with a run from before the flaws were counted
     for r in col.runs:
         for c, n in r.categories.items():
             t = totals.setdefault(c, [0] * 7)
+            if n.echoes is None or n.degenerate is None:
+                uncounted.add(c)
             counts = (
                 n.asked,
                 n.first_try,
                 n.resubmitted,
                 n.escalated,
                 n.fell_back,
-                n.echoes,
-                n.degenerate,
+                n.echoes or 0,
+                n.degenerate or 0,
             )
             for i, v in enumerate(counts):
                 t[i] += v
@@ -1458,6 +1461,9 @@ def _answer_table(col: CollectResult) -> list[str]:
     def share(part: int, whole: int) -> str:
         return _pct(part / whole) if whole else "-"
 
+    def counted(value: int, known: bool) -> str:
+        return str(value) if known else "-"
+
     rows = [
         (
             c,
@@ -1466,8 +1472,8 @@ def _answer_table(col: CollectResult) -> list[str]:
             str(resub),
             str(esc),
             str(fell),
-            str(echo),
-            str(broken),
+            counted(echo, c not in uncounted),
+            counted(broken, c not in uncounted),
         )
         for c, (asked, first, resub, esc, fell, echo, broken) in sorted(totals.items())
     ]
@@ -1482,14 +1488,15 @@ def _answer_table(col: CollectResult) -> list[str]:
             str(resub),
             str(esc),
             f"{fell} ({share(fell, asked)})",
-            str(echo),
-            str(broken),
+            counted(echo, not uncounted),
+            counted(broken, not uncounted),
         )
     )
     return [
         f"How the calls were answered ({_model(col)}; all runs, dialogue included; the last two "
         "columns count accepted answers that echo their format's placeholder or literal, and "
-        "degenerate ones: a list of numbers, runaway repetition):",
+        "degenerate ones: a list of numbers, runaway repetition; - where a run was not "
+        "counted):",
         "",
         *_table(
             [

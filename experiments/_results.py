@@ -68,9 +68,10 @@ class CategoryCounts(BaseModel):
     batched: int = 0
     batches: int = 0
     # Accepted answers (recorded as valid) that echo their format's placeholder or literal, and
-    # that are degenerate (agent_core's Template.flaws): 0 for a town that refuses them.
-    echoes: int = 0
-    degenerate: int = 0
+    # that are degenerate (agent_core's Template.flaws): 0 for a town that refuses them; None
+    # in a result written before they were counted (not counted is not none found).
+    echoes: int | None = None
+    degenerate: int | None = None
 
 
 class RunInfo(BaseModel):

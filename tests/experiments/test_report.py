@@ -291,3 +291,18 @@ def test_the_machines_the_runs_were_simulated_on_are_named() -> None:
         "Simulated on different machines or days: run 1 on 2026-11-24, X (AVX2), 2 cores; "
         "run 2 on 2026-11-25, Y (AVX-512), 2 cores."
     ]
+
+
+def test_flaws_not_counted_are_shown_as_not_counted_not_as_none() -> None:
+    from experiments._report import _answer_table
+
+    col = collect()
+    col.runs[0].categories = {"importance score": CategoryCounts(asked=5, echoes=1, degenerate=0)}
+    # Run 2 was described before the flaws were counted: its counts are unknown, not zero.
+    col.runs[1].categories = {"importance score": CategoryCounts(asked=5)}
+    text = "\n".join(_answer_table(col))
+    assert "| importance score | 10 | 0 (0.0%) | 0 | 0 | 0 | - | - |" in text
+    col.runs[1].categories = {"importance score": CategoryCounts(asked=5, echoes=0, degenerate=2)}
+    text = "\n".join(_answer_table(col))
+    assert "| importance score | 10 | 0 (0.0%) | 0 | 0 | 0 | 1 | 2 |" in text
+    assert "| all | 10 | 0 (0.0%) | 0 | 0 | 0 (0.0%) | 1 | 2 |" in text
