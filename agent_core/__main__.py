@@ -138,6 +138,7 @@ def _run(args: argparse.Namespace) -> int:
             concurrency=args.concurrency or (1 if args.llm == "scripted" else DEFAULT_CONCURRENCY),
             rating_batch=args.rating_batch
             or (1 if args.llm == "scripted" else DEFAULT_RATING_BATCH),
+            seed=args.seed,
         )
         stack.callback(llm.close)
         sim = Simulation(
@@ -179,7 +180,13 @@ def main(argv: list[str] | None = None) -> int:
 
     run = sub.add_parser("run", help="simulate the town and record every prompt")
     run.add_argument("--days", type=float, required=True, help="simulated days")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the run's seed: the agents' random draws and every call's sampling seed (one "
+        "seed, one town, on a server that honours seeds)",
+    )
     run.add_argument("--out", required=True, help="JSONL dataset to write, e.g. runs/demo.jsonl")
     run.add_argument("--append", action="store_true", help="append to an existing dataset")
     run.add_argument("--agents", nargs="*", help="only these agents (full or first names)")

@@ -11,6 +11,8 @@ the run.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import tempfile
 import threading
@@ -122,7 +124,11 @@ def category_policy(t: Template[Any]) -> CategoryPolicy:
 
 
 def town_options(
-    call: TownCall, *, query_schema: bool = True, answer_tokens: bool = True
+    call: TownCall,
+    *,
+    query_schema: bool = True,
+    answer_tokens: bool = True,
+    seed: int | None = None,
 ) -> CacheOptions:
     """The cache options of one town call.
 
@@ -130,7 +136,8 @@ def town_options(
     validator checks this query's requirements, and with ``query_schema`` this query's JSON
     schema goes out as a per-query constraint -- with ``answer_tokens``, also that schema's
     worst-case ``max_tokens`` -- sent with the request (and with a revision), kept out of the
-    table key, so all queries of a template still share their agent's table.
+    table key, so all queries of a template still share their agent's table. ``seed`` (the
+    call's sampling seed, see :class:`TownLLM`) is a per-query constraint for the same reason.
     """
     t = call.template
     modifier: Revise | None = None
@@ -145,6 +152,8 @@ def town_options(
         constraints["response_format"] = call.response_format()
         if answer_tokens:
             constraints["max_tokens"] = call.answer_tokens()
+    if seed is not None:
+        constraints["seed"] = seed
     return CacheOptions(
         category=call.category,
         agent=call.agent,
@@ -202,6 +211,15 @@ class TownLLM:
     does not depend on it; only which request reaches the model first does, which matters for
     a deterministic double (its seeded faults), so keep 1 there.
 
+    ``seed``: the run's seed. Each call then carries a sampling seed of its own, drawn from the
+    run's seed, the agent, the prompt and how often this run has asked that prompt before, so
+    that a run on a server that honours seeds (llama.cpp's, OpenAI's best effort) is
+    reproducible -- the same seed, the same answers, the same town -- while a prompt asked
+    again, or in another run, is still sampled afresh. Without it the server draws its own
+    seed for every request, and two runs of one seed part at the first sampled token. The
+    seed is a per-query constraint (:func:`town_options`): it never splits a cache table.
+    ``params`` holding a ``seed`` of their own win (one seed for every call).
+
     ``batcher``: the :class:`~agent_core.rating_batch.RatingBatcher` between ``llm`` and its client,
     if any; :meth:`send_many` then runs a group of importance ratings side by side, and the
     ones the cache does not answer reach the model as one prompt (see
@@ -220,6 +238,7 @@ class TownLLM:
         query_schemas: bool = True,
         concurrency: int = 1,
         batcher: RatingBatcher | None = None,
+        seed: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -238,6 +257,8 @@ class TownLLM:
         self._pool: ThreadPoolExecutor | None = None
         self.batcher = batcher
         self._group_pool: ThreadPoolExecutor | None = None
+        self.seed = None if "seed" in self.params else seed
+        self._asked: Counter[str] = Counter()  # prompt digest -> times asked (per-call seeds)
 
     def ask(
         self,
@@ -278,7 +299,9 @@ class TownLLM:
             return [self.send(c) for c in calls]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="town-llm")
-        return list(self._pool.map(self.send, calls))
+        # Seeds are drawn here, in the calls' order, not in whichever thread runs first.
+        seeds = [self._seed_of(c) for c in calls]
+        return list(self._pool.map(self._deliver, calls, seeds))
 
     def _send_grouped(self, calls: Sequence[TownCall], batcher: RatingBatcher) -> list[Any]:
         # Groups in order, each of at most ``max_size`` calls and without two equal prompts: the
@@ -301,11 +324,17 @@ class TownLLM:
             if len(chunk) == 1:
                 answers.append(self.send(chunk[0]))
                 continue
+            seeds = [self._seed_of(c) for c in chunk]  # in order, as in send_many
             with batcher.group(chunk) as g:
 
-                def one(index: int, g: Any = g, chunk: list[TownCall] = chunk) -> Any:
+                def one(
+                    index: int,
+                    g: Any = g,
+                    chunk: list[TownCall] = chunk,
+                    seeds: list[int | None] = seeds,
+                ) -> Any:
                     with batcher.member(g, index):
-                        return self.send(chunk[index])
+                        return self._deliver(chunk[index], seeds[index])
 
                 answers.extend(pool.map(one, range(len(chunk))))
             self._count("batched", BATCHED_CATEGORY, g.batched)
@@ -318,9 +347,24 @@ class TownLLM:
 
     def send(self, call: TownCall) -> Any:
         """The validated answer to one typed call, or ``None`` if no valid answer could be had."""
+        return self._deliver(call, self._seed_of(call))
+
+    def _seed_of(self, call: TownCall) -> int | None:
+        """The sampling seed of ``call`` (see the class's ``seed``), or ``None`` without one."""
+        if self.seed is None:
+            return None
+        prompt = json.dumps([call.agent, call.category, call.messages()], sort_keys=True)
+        digest = hashlib.blake2b(prompt.encode("utf-8"), digest_size=16).hexdigest()
+        with self._stats_lock:
+            occurrence = self._asked[digest]
+            self._asked[digest] += 1
+        mixed = hashlib.blake2b(f"{self.seed}:{digest}:{occurrence}".encode(), digest_size=4)
+        return int.from_bytes(mixed.digest(), "big") % 2**31  # the range servers accept
+
+    def _deliver(self, call: TownCall, seed: int | None) -> Any:
         category = call.category
         self._count("calls", category)
-        content = self._send(call)
+        content = self._send(call, seed)
         if content is None:
             self._count("failed", category)
             return None
@@ -331,11 +375,14 @@ class TownLLM:
             self._count("failed", category)
             return None
 
-    def _send(self, call: TownCall) -> str | None:
+    def _send(self, call: TownCall, seed: int | None) -> str | None:
         category = call.category
         # ``params`` (e.g. --max-tokens) replace the query's own answer cap.
         options = town_options(
-            call, query_schema=self.query_schemas, answer_tokens="max_tokens" not in self.params
+            call,
+            query_schema=self.query_schemas,
+            answer_tokens="max_tokens" not in self.params,
+            seed=seed,
         )
         # ``params`` (e.g. --max-tokens) win over the template's own values.
         request = {**town_request(call, self.model, query_schema=self.query_schemas), **self.params}
@@ -408,6 +455,7 @@ def open_town_llm(
     query_schemas: bool = True,
     concurrency: int = 1,
     rating_batch: int = 1,
+    seed: int | None = None,
 ) -> TownLLM:
     """A :class:`TownLLM` over any OpenAI-compatible ``client``.
 
@@ -419,7 +467,8 @@ def open_town_llm(
     ``query_schemas``: send each query's own JSON schema (see :func:`town_options`).
     ``concurrency``: calls in flight at once where the town asks several together (see
     :class:`TownLLM`). ``rating_batch``: the most importance ratings of one moment the model is
-    asked in one prompt (1: each in its own; see :mod:`agent_core.rating_batch`).
+    asked in one prompt (1: each in its own; see :mod:`agent_core.rating_batch`). ``seed``: the
+    run's seed, from which every call draws a sampling seed of its own (see :class:`TownLLM`).
     """
     owned: tempfile.TemporaryDirectory[str] | None = None
     if cache_dir is None:
@@ -455,4 +504,5 @@ def open_town_llm(
         query_schemas=query_schemas,
         concurrency=concurrency,
         batcher=batcher,
+        seed=seed,
     )

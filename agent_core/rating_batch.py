@@ -50,8 +50,9 @@ logger = logging.getLogger("agent_core")
 #: The category whose calls are batched.
 BATCHED_CATEGORY = IMPORTANCE.category
 
-# Request keys a batch replaces; every other key must agree across the group's requests.
-_OWN_KEYS = ("messages", "response_format", "max_tokens")
+# Request keys a batch replaces (its seed is its first call's); every other key must agree
+# across the group's requests.
+_OWN_KEYS = ("messages", "response_format", "max_tokens", "seed")
 
 
 def batch_request(calls: Sequence[TownCall], request: dict[str, Any]) -> dict[str, Any]:

@@ -117,6 +117,9 @@ def collect(
             superior_model=superior_model if profile.escalate else None,
             concurrency=profile.concurrency,
             rating_batch=profile.rating_batch,
+            # Every call samples at a seed drawn from the run's: a run is the same town on
+            # every machine whose server gives the same tokens (see TownLLM).
+            seed=run,
         )
         try:
             seeds = load_agents(names=profile.agents) if profile.agents else None

@@ -1,10 +1,14 @@
 """Sending one request until its answer validates: the loop a miss and a revision share.
 
 A request is sent up to ``attempts`` times on the requested model, then, when an escalation
-model is given, up to ``escalation_attempts`` times on it. Every answer is read through the
-endpoint's :class:`~llmcache._shapes.Shape` and checked by the validator; an invalid one is
-handed to ``on_invalid`` (for the record) and never stored. What every attempt spent is added up
-and priced, so that a call that ends without a valid answer still accounts for what it paid.
+model is given, up to ``escalation_attempts`` times on it. A request that carries an integer
+``seed`` is resubmitted with the next seeds (``seed + 1``, ``seed + 2``, ...): a provider that
+honours the seed would give the same invalid answer again, so the resubmission would pay for
+nothing (and a second answer asked on purpose would measure nothing); a run stays reproducible,
+its seeds still decide every answer. Every answer is read through the endpoint's
+:class:`~llmcache._shapes.Shape` and checked by the validator; an invalid one is handed to
+``on_invalid`` (for the record) and never stored. What every attempt spent is added up and
+priced, so that a call that ends without a valid answer still accounts for what it paid.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from ._shapes import CHAT, Shape
 from ._types import Usage
 from ._validation import CheckFn, check
 
-__all__ = ["Attempts", "CallFn", "InvalidFn", "ignore_invalid", "send_validated"]
+__all__ = ["Attempts", "CallFn", "InvalidFn", "ignore_invalid", "reseeded", "send_validated"]
 
 logger = logging.getLogger("llmcache")
 
@@ -49,6 +53,18 @@ class Attempts:
     cost: float
 
 
+_SEED_RANGE = 2**31  # llama.cpp and OpenAI both take a seed in [0, 2**31)
+
+
+def reseeded(request: dict[str, Any], n: int) -> dict[str, Any]:
+    """``request`` as its ``n``-th resubmission sends it (``n`` = 0: unchanged). A second
+    answer asked on purpose (the model measured against itself) is a resubmission too."""
+    seed = request.get("seed")
+    if n == 0 or not isinstance(seed, int) or isinstance(seed, bool):
+        return request
+    return {**request, "seed": (seed + n) % _SEED_RANGE}
+
+
 def send_validated(
     call: CallFn,
     request: dict[str, Any],
@@ -63,9 +79,10 @@ def send_validated(
 ) -> Attempts:
     """Send ``request`` until its answer validates; raise :class:`InvalidResponseError` (with
     what was spent) when no attempt gave a valid one."""
-    plan: list[dict[str, Any]] = [request] * attempts
+    plan: list[dict[str, Any]] = [reseeded(request, n) for n in range(attempts)]
     if escalate_to and escalate_to != request.get("model"):
-        plan += [{**request, "model": escalate_to}] * escalation_attempts
+        escalated = {**request, "model": escalate_to}
+        plan += [reseeded(escalated, n) for n in range(escalation_attempts)]
     usage = Usage()
     cost = 0.0
     last_reason = ""

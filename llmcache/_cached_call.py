@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ._attempts import Attempts, CallFn, send_validated
+from ._attempts import Attempts, CallFn, reseeded, send_validated
 from ._cache import SemanticCache
 from ._config import ResolvedPolicy
 from ._errors import ConfigurationError, InvalidResponseError, StoreError
@@ -479,7 +479,8 @@ class _CachedCall:
         try:
             twin = send_validated(
                 self.call,
-                self.request,
+                # A seeded request's next seed: the accepted answer's own would repeat it.
+                reseeded(self.request, first.attempts),
                 self.validate,
                 prices=self.prices,
                 attempts=1,

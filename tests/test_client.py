@@ -421,6 +421,41 @@ def test_invalid_answers_are_resubmitted_recorded_and_never_stored(tmp_path: Pat
     assert call.attempts == 4 and call.valid and call.response == '{"score": 4}'
 
 
+def test_a_seeded_request_is_resubmitted_with_the_next_seeds(tmp_path: Path) -> None:
+    # A provider that honours the seed answers one (prompt, seed) the same way every time: the
+    # same seed again would buy the same invalid answer. The next seeds keep a run reproducible.
+    def responder(request: dict[str, Any]) -> str:
+        return '{"score": 4}' if request["seed"] == 0 else "garbage"
+
+    fake = FakeOpenAI(responder)
+    client, _ = make(
+        tmp_path, fake, max_attempts=2, superior_model="big", escalation_attempts=2,
+        categories={"importance": CategoryPolicy(validator=Score)},
+    )  # fmt: skip
+    _r, info = client.chat.completions.create_with_info(
+        model="m", messages=MSGS, seed=2**31 - 1, cache=opts()
+    )
+    # The next seed wraps into [0, 2**31), where it is valid: no escalation.
+    assert [(c["model"], c["seed"]) for c in fake.calls] == [("m", 2**31 - 1), ("m", 0)]
+    assert info.attempts == 2 and not info.escalated
+    # Escalated attempts start again from the call's own seed on the other model.
+    fake.calls.clear()
+    with pytest.raises(InvalidResponseError):
+        client.chat.completions.create(
+            model="m", messages=MSGS, seed=5, cache=opts(keywords=["another memory"])
+        )
+    assert [(c["model"], c["seed"]) for c in fake.calls] == [
+        ("m", 5), ("m", 6), ("big", 5), ("big", 6)
+    ]  # fmt: skip
+    # A request without a seed is resubmitted unchanged.
+    fake2 = FakeOpenAI(scripted(["garbage", '{"score": 5}']))
+    client2, _ = make(
+        tmp_path / "b", fake2, categories={"importance": CategoryPolicy(validator=Score)}
+    )
+    client2.chat.completions.create(model="m", messages=MSGS, cache=opts())
+    assert [("seed" in c) for c in fake2.calls] == [False, False]
+
+
 def test_escalation_goes_to_the_superior_model_after_max_attempts(tmp_path: Path) -> None:
     def responder(request: dict[str, Any]) -> str:
         return '{"score": 9}' if request["model"] == "gpt-4o" else "garbage"

@@ -274,6 +274,26 @@ def test_a_sampled_share_of_misses_is_asked_twice_and_measures_the_model(tmp_pat
     assert len(client.cache.entries(partition.key)) == len(infos) + len(twins)
 
 
+def test_a_seeded_miss_is_twinned_with_another_seed(tmp_path: Path) -> None:
+    # A seeded model repeats itself at one seed: the twin asked at the answer's own seed would
+    # measure no variability at all. It is asked at the next seed after the accepted answer's.
+    fake = FakeOpenAI(lambda request: str(request["seed"] % 10))
+    cache = SemanticCache(
+        tmp_path / "c",
+        embedder=HashEmbedder(dim=64),
+        config=CacheConfig(wrong_hit_budget=0.05, twin_rate=1.0, explore_seed=3),
+    )
+    client = CachedLLM(fake, cache=cache)
+    _, info = client.chat.completions.create_with_info(
+        model="m",
+        messages=[{"role": "user", "content": "Rate the importance of: tree idle"}],
+        seed=40,
+        cache=CacheOptions(category="importance", agent="Liam", keywords=["tree idle"]),
+    )
+    assert info.twin and info.pair is False
+    assert [c["seed"] for c in fake.calls] == [40, 41]
+
+
 def test_an_explored_hit_is_twinned_unless_it_already_made_a_pair(tmp_path: Path) -> None:
     client = _agent_client(tmp_path, lambda request: "3", wrong_hit_budget=0.05, twin_rate=1.0)
     _ask(client, "Liam", "tree idle")

@@ -127,9 +127,9 @@ def test_command_line_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert summary.total_calls == len(calls)
     with pytest.raises(SystemExit):
         main(args)  # never overwrite a dataset by accident
-    # Every call carried its query's own schema and answer cap, outside the table key; the
-    # summary table says how each category was answered.
-    assert all(set(r.constraints) == {"response_format", "max_tokens"} for r in calls)
+    # Every call carried its query's own schema, answer cap and sampling seed (drawn from
+    # --seed), outside the table key; the summary table says how each category was answered.
+    assert all(set(r.constraints) == {"response_format", "max_tokens", "seed"} for r in calls)
     assert all("response_format" not in r.params for r in calls)
     assert "first try" in printed and "fell back" in printed
     assert (
@@ -139,7 +139,7 @@ def test_command_line_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     plain = tmp_path / "runs" / "plain.jsonl"
     assert main([*args[:6], str(plain), *args[7:], "--template-schemas"]) == 0
     plain_calls = read_records(plain)
-    assert plain_calls and all(r.constraints == {} for r in plain_calls)
+    assert plain_calls and all(set(r.constraints) == {"seed"} for r in plain_calls)
     assert all("response_format" in r.params and "max_tokens" in r.params for r in plain_calls)
 
 
