@@ -1,8 +1,10 @@
 """The simulation loop: a clock, a world, the agents, and what a run reports.
 
-A run is reproducible given its seed and a deterministic LLM: agents act in a fixed order,
-every random draw comes from a per-agent ``random.Random`` seeded from the run seed and the
-agent's name, and nothing iterates over unordered collections.
+A run is reproducible given its seed and an LLM that answers one (prompt, seed) the same way
+every time: agents act in a fixed order, every random draw comes from a per-agent
+``random.Random`` seeded from the run seed and the agent's name, nothing iterates over unordered
+collections, and a :class:`~agent_core.llm.TownLLM` given the run's seed sends every call a
+sampling seed drawn from it (llama.cpp's server honours it; OpenAI's is best effort).
 """
 
 from __future__ import annotations

@@ -50,6 +50,9 @@ def _excess(f: Figures) -> str:
 
 
 def _agree(f: Figures) -> str:
+    # Paired: the model's second answers to the very queries served (what the excess is over).
+    if f.paired and f.own_wrong_rate is not None:
+        return f"{_pct(1 - f.own_wrong_rate)} of {f.served} served*"
     return "-" if f.agreement is None else f"{_pct(f.agreement)} of {f.pairs}"
 
 
@@ -307,8 +310,11 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
         "stream), serve mode (every query whose table has an "
         "entry answered with its nearest, the tables holding every answer of the tuning "
         "part) and a random same-table answer. The excess is the served answers' "
-        "unacceptable share minus the model's own disagreement with its second answers to "
-        f"the same prompts, with its 95% interval. It took {result.seconds:.0f} s.",
+        "unacceptable share minus that of the model's own second answers, with its 95% "
+        "interval: to the very queries served where each was recorded with a second answer "
+        "(marked * in the tables: paired, Newcombe's interval for paired rates), else the "
+        "disagreement of every recorded pair of answers to one prompt. "
+        f"It took {result.seconds:.0f} s.",
     ]
     for bed in result.beds:
         lines += [

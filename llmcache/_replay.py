@@ -13,7 +13,11 @@ live cache on the same stream with the same seeds (tests/test_replay.py).
 Graded against the true answers, by each category's equivalence (:func:`equivalences_for`):
 how many calls were served, what they cost, how many served answers are acceptable, the model's
 own agreement on identical prompts, and the excess of wrong hits over the model's own
-disagreement with its 95% interval (:func:`~llmcache._budget.excess_interval`).
+disagreement with its 95% interval. Where every served call was recorded with a second answer
+(``other_answers``), the excess is measured on the same queries: each served answer beside the
+model's own second answer to that query, graded the same way
+(:func:`~llmcache._budget.paired_excess_interval`); otherwise the served answers' wrong rate
+less the disagreement of every recorded pair (:func:`~llmcache._budget.excess_interval`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, Field
 
-from ._budget import closes, excess_interval
+from ._budget import closes, excess_interval, paired_excess_interval
 from ._cache import SemanticCache
 from ._client import CachedLLM
 from ._config import CacheConfig, CategoryPolicy
@@ -223,7 +227,10 @@ class Figures(BaseModel):
     without a cache saved (negative: the cache cost more, e.g. in twins and explorations);
     ``excess`` and its 95% interval are in points (percent): the served answers' wrong rate
     minus the model's own disagreement on identical prompts; ``None`` when nothing was
-    served. ``pairs`` are consecutive recorded answers to one prompt. ``explored``,
+    served. ``paired`` says it was measured on the served queries themselves, each served
+    answer beside the model's recorded second answer to that query (``own_wrong_rate``: how
+    often that second answer was unacceptable), rather than against the disagreement of every
+    recorded pair. ``pairs`` are consecutive recorded answers to one prompt. ``explored``,
     ``audited`` and ``twins`` count the calls the proving guard explored, the audit guard
     audited and the guards asked twice (their cost is inside ``cost_usd``)."""
 
@@ -243,6 +250,8 @@ class Figures(BaseModel):
     excess: float | None = None
     excess_low: float | None = None
     excess_upper: float | None = None
+    paired: bool = False
+    own_wrong_rate: float | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -257,6 +266,8 @@ class Figures(BaseModel):
             "excess": self.excess,
             "excess_low": self.excess_low,
             "excess_upper": self.excess_upper,
+            "paired": self.paired,
+            "own_wrong_rate": self.own_wrong_rate,
         }
 
 
@@ -304,20 +315,39 @@ def figures(
         pairs_agree=agree,
         agreement=agree / pairs if pairs else None,
     )
-    if served:
+    if not served:
+        return out
+    rate = wrong / len(served)
+    by_index = {r.index: c for r, c in zip(rows, calls, strict=True)}
+    seconds = [by_index[r.index].other_answers[:1] for r in served]
+    if all(seconds):
+        # The same queries: each served answer beside the model's own second answer to it,
+        # both graded against the true answer the same way.
+        cells = [0, 0, 0, 0]  # both wrong, served only, second only, neither
+        for r, (second,) in zip(served, seconds, strict=True):
+            call = by_index[r.index]
+            second_wrong = not equivalences[call.category](second, call.answer)
+            cells[
+                (0 if second_wrong else 1) if not r.acceptable else (2 if second_wrong else 3)
+            ] += 1
+        low, high = paired_excess_interval(*cells)
+        own = (cells[0] + cells[2]) / len(served)
+        paired = True
+    else:
         disagree = pairs - agree
         low, high = excess_interval(wrong, len(served), disagree, pairs)
         own = disagree / pairs if pairs else 0.0
-        rate = wrong / len(served)
-        out = out.model_copy(
-            update={
-                "wrong_rate": rate,
-                "excess": 100 * (rate - own),
-                "excess_low": 100 * low,
-                "excess_upper": 100 * high,
-            }
-        )
-    return out
+        paired = False
+    return out.model_copy(
+        update={
+            "wrong_rate": rate,
+            "excess": 100 * (rate - own),
+            "excess_low": 100 * low,
+            "excess_upper": 100 * high,
+            "paired": paired,
+            "own_wrong_rate": own,
+        }
+    )
 
 
 class ReplayReport(BaseModel):

@@ -22,6 +22,7 @@ from llmcache._budget import (
     decide,
     excess_interval,
     explore_probability,
+    paired_excess_interval,
     pairs_wanted,
     wilson_interval,
 )
@@ -31,6 +32,25 @@ Z_ONE_SIDED = 1.6449
 
 
 # -- the bound ------------------------------------------------------------------------------------
+
+
+def test_the_paired_excess_interval() -> None:
+    # A second answer never wrong earns no credit: the served rate's own interval.
+    assert paired_excess_interval(0, 3, 0, 37) == wilson_interval(3, 40)
+    assert paired_excess_interval(0, 0, 0, 0) == (-1.0, 1.0)
+    # Hard queries both get wrong: the paired interval is narrower than the unpaired one
+    # over the same rates, and holds the difference.
+    both, served_only, second_only, neither = 30, 6, 4, 160
+    n = both + served_only + second_only + neither
+    low, high = paired_excess_interval(both, served_only, second_only, neither)
+    diff = (served_only - second_only) / n
+    assert low < diff < high
+    u_low, u_high = excess_interval(both + served_only, n, both + second_only, n)
+    assert u_low < low and high < u_high
+    # Opposite answers (one right exactly where the other is wrong) widen it instead.
+    w_low, w_high = paired_excess_interval(0, 36, 34, 130)
+    assert w_high - w_low > u_high - u_low
+    assert w_low >= -1.0 and w_high <= 1.0
 
 
 def test_without_pairs_the_excess_interval_is_the_wrong_rates_own() -> None:

@@ -160,6 +160,41 @@ def test_a_replay_grades_served_answers_by_the_truth_and_lists_the_wrong_ones() 
     assert "a quiet walk home" in report.render()
 
 
+def test_with_a_second_answer_to_every_served_query_the_excess_is_paired() -> None:
+    # The same events as above, each recorded with the model's second answer. The excess is
+    # then over those second answers to the very queries served, not over every pair.
+    seconds = {"a quiet walk": "9", "a quiet walk home": "8"}
+    calls = [
+        ReplayCall(
+            category="importance",
+            agent="a",
+            messages=[{"role": "user", "content": f"rate: {event}"}],
+            keywords=[event],
+            answer=answer,
+            other_answers=[seconds[event]],
+        )
+        for event, answer in [
+            ("a quiet walk", "2"),
+            ("a quiet walk", "3"),
+            ("a quiet walk home", "9"),
+            ("a quiet walk", "2"),
+        ]
+    ]
+    report = replay(calls, CacheConfig(threshold=0.5), embedder=HashEmbedder())
+    figures = report.categories["importance"]
+    assert [r.acceptable for r in report.results] == [None, True, False, True]
+    # Served: 3 (ok; second 9 wrong), 9 (served 2 wrong; second 8 ok), 2 (ok; second 9 wrong).
+    assert figures.paired and figures.own_wrong_rate == pytest.approx(2 / 3)
+    assert figures.excess == pytest.approx(100 * (1 / 3 - 2 / 3))
+    assert figures.excess_low is not None and figures.excess_upper is not None
+    assert figures.excess_low < figures.excess < figures.excess_upper
+    assert report.summary()["categories"]["importance"]["paired"] is True
+    # One served query without a second answer: compared with every recorded pair instead.
+    calls[1] = calls[1].model_copy(update={"other_answers": []})
+    unpaired = replay(calls, CacheConfig(threshold=0.5), embedder=HashEmbedder())
+    assert not unpaired.categories["importance"].paired
+
+
 def test_recorded_hits_are_left_out_and_counted(tmp_path: Path) -> None:
     recording = tmp_path / "day.jsonl"
     with CachedLLM(
