@@ -125,15 +125,17 @@ def test_the_recording_answers_first_with_the_truth_then_from_the_spread() -> No
         upstream.chat.completions.create(**ask)
 
 
-def test_a_replay_grades_served_answers_by_the_truth_and_lists_the_wrong_ones() -> None:
-    # Two events the hash embedder cannot tell apart at 0.5, rated far apart by the model.
-    calls = [
+def _walks(seconds: dict[str, str] | None = None) -> list[ReplayCall]:
+    """Two events the hash embedder cannot tell apart at 0.5, rated far apart by the model;
+    with ``seconds``, each call recorded with that second answer to its event."""
+    return [
         ReplayCall(
             category="importance",
             agent="a",
             messages=[{"role": "user", "content": f"rate: {event}"}],
             keywords=[event],
             answer=answer,
+            other_answers=[seconds[event]] if seconds else [],
         )
         for event, answer in [
             ("a quiet walk", "2"),
@@ -142,6 +144,10 @@ def test_a_replay_grades_served_answers_by_the_truth_and_lists_the_wrong_ones() 
             ("a quiet walk", "2"),
         ]
     ]
+
+
+def test_a_replay_grades_served_answers_by_the_truth_and_lists_the_wrong_ones() -> None:
+    calls = _walks()
     report = replay(calls, CacheConfig(threshold=0.5), embedder=HashEmbedder())
     assert [r.outcome for r in report.results] == ["miss", "hit", "hit", "hit"]
     assert [r.acceptable for r in report.results] == [None, True, False, True]
@@ -163,23 +169,7 @@ def test_a_replay_grades_served_answers_by_the_truth_and_lists_the_wrong_ones() 
 def test_with_a_second_answer_to_every_served_query_the_excess_is_paired() -> None:
     # The same events as above, each recorded with the model's second answer. The excess is
     # then over those second answers to the very queries served, not over every pair.
-    seconds = {"a quiet walk": "9", "a quiet walk home": "8"}
-    calls = [
-        ReplayCall(
-            category="importance",
-            agent="a",
-            messages=[{"role": "user", "content": f"rate: {event}"}],
-            keywords=[event],
-            answer=answer,
-            other_answers=[seconds[event]],
-        )
-        for event, answer in [
-            ("a quiet walk", "2"),
-            ("a quiet walk", "3"),
-            ("a quiet walk home", "9"),
-            ("a quiet walk", "2"),
-        ]
-    ]
+    calls = _walks({"a quiet walk": "9", "a quiet walk home": "8"})
     report = replay(calls, CacheConfig(threshold=0.5), embedder=HashEmbedder())
     figures = report.categories["importance"]
     assert [r.acceptable for r in report.results] == [None, True, False, True]
