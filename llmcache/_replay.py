@@ -295,7 +295,12 @@ def figures(
     calls: Sequence[ReplayCall],
     equivalences: Mapping[str, Equivalence],
 ) -> Figures:
-    """The figures of ``rows`` (results of some replayed calls), whose calls are ``calls``."""
+    """The figures of ``rows`` (results of some replayed calls), whose calls are ``calls``
+    (one per row, in the same order; :class:`~llmcache.errors.ReplayError` otherwise)."""
+    if len(rows) != len(calls):
+        raise ReplayError(
+            f"figures: {len(rows)} results but {len(calls)} calls; pass each result's own call"
+        )
     served = [r for r in rows if r.served is not None]
     wrong = sum(1 for r in served if not r.acceptable)
     cost = sum(r.cost_usd for r in rows)

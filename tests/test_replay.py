@@ -9,8 +9,16 @@ from typing import Any
 import pytest
 
 from llmcache import CacheConfig, CachedLLM, CacheOptions, CategoryPolicy, Mode
+from llmcache import replay as replay_api
 from llmcache.errors import ReplayError, ReplayInputError
-from llmcache.replay import RecordedUpstream, ReplayCall, read_calls, read_recording, replay
+from llmcache.replay import (
+    RecordedUpstream,
+    ReplayCall,
+    equivalences_for,
+    read_calls,
+    read_recording,
+    replay,
+)
 from llmcache.testing import FakeOpenAI, HashEmbedder
 from llmcache.verification import Within
 
@@ -183,6 +191,9 @@ def test_with_a_second_answer_to_every_served_query_the_excess_is_paired() -> No
     calls[1] = calls[1].model_copy(update={"other_answers": []})
     unpaired = replay(calls, CacheConfig(threshold=0.5), embedder=HashEmbedder())
     assert not unpaired.categories["importance"].paired
+    # Results graded without their own calls are refused, not misread.
+    with pytest.raises(ReplayError, match="3 calls"):
+        replay_api.figures(unpaired.results, calls[:3], equivalences_for(calls, CacheConfig()))
 
 
 def test_recorded_hits_are_left_out_and_counted(tmp_path: Path) -> None:
