@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from agent_core import Requirements, TownLLM, open_town_llm
+from agent_core.call import town_call
 from agent_core.templates import FINDING_LOCATION, IMPORTANCE
 from llmcache import Mode
 from llmcache.llm import (
@@ -87,3 +88,45 @@ def test_short_prompts_through_the_local_model_are_validated_and_recorded(
         assert 1 <= importance.score <= 10
     if location is not None:
         assert location.location in options
+
+
+def test_a_run_seed_gives_the_same_answers_from_the_real_server(
+    server: Any, tmp_path: Path
+) -> None:
+    # At the server's own sampling temperature, with ratings asked side by side and batched:
+    # what makes the town one town per seed on llama.cpp (agent_core/README.md, "One seed,
+    # one town"). Six ratings of a 135M model sampled alike by chance would be rare.
+    memories = [
+        "Ethan Wilson burnt the dinner",
+        "Ethan Wilson restocked the apples",
+        "A customer shouted at Ethan Wilson",
+        "Ethan Wilson found a wallet in the aisle",
+        "The store's fridge broke down",
+        "Ethan Wilson's sister Alice won her game",
+    ]
+    answers = []
+    for n in range(2):
+        path = tmp_path / f"seeded{n}.jsonl"
+        llm = open_town_llm(
+            server.client(),
+            model=server.model,
+            record_to=path,
+            max_attempts=2,
+            concurrency=4,
+            rating_batch=8,
+            seed=11,
+        )
+        try:
+            llm.send_many(
+                [
+                    town_call(
+                        IMPORTANCE, agent="Ethan Wilson", summary_block=BLOCK, slots={"memory": m}
+                    )
+                    for m in memories
+                ]
+            )
+        finally:
+            llm.close()
+        answers.append(sorted((r.keywords[0], r.response) for r in read_records(path)))
+    assert len(answers[0]) == len(memories)
+    assert answers[0] == answers[1]
