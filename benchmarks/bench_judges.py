@@ -110,7 +110,7 @@ def pairs(path: Path, n: int, seed: int) -> list[JudgeQuery]:
 
 def park_pairs(n: int, seed: int) -> list[JudgeQuery]:
     """``n`` of the shared agent's distinct memories: gpt-3.5-turbo's rating against another's."""
-    items = park_sample(10**6, seed)
+    items, _ = park_sample(10**6, seed)
     rng = random.Random(f"{seed}:judge-park")
     out: list[JudgeQuery] = []
     for i, (messages, rating) in enumerate(items[:n]):

@@ -23,6 +23,11 @@ town's own prompts and, where a real model's answers exist, the agreement with t
   digit (a "1" split into 1 and 10 by the next position's probabilities where the sampled
   answer began with "1"; elsewhere counted as 1) rather than one sampled token.
 
+``--examples K`` asks with K worked examples before each importance prompt (town and shared
+agent): K other memories of the shared agent, never among those measured, each asked through
+the same prompt (the town's template for the town's calls, for the agent asking) and answered
+with gpt-3.5-turbo's recorded rating, as earlier turns of the conversation.
+
 Each model runs on its own :class:`~llmcache.llm.LocalServer`. Printed: one table per model and
 temperature, and the seconds per first ask (the speed a recording would run at).
 """
@@ -49,7 +54,9 @@ from record_town import source_calls
 from scipy.stats import spearmanr
 
 from agent_core import TextAgreement, TownCall
+from agent_core.call import town_call
 from agent_core.llm import town_options, town_request
+from agent_core.templates import IMPORTANCE
 from agent_core.tolerance import DEFAULT_TEXT_BOUND
 from experiments._odds import rating_distribution
 from llmcache.embedders import StoredEmbedder, default_embedder
@@ -130,6 +137,31 @@ def _share(flags: Sequence[bool]) -> float:
     return 100.0 * sum(flags) / len(flags) if flags else float("nan")
 
 
+#: A worked example: a memory of the shared agent, its prompt through Park's file, and
+#: gpt-3.5-turbo's recorded rating of it.
+Example = tuple[str, list[dict[str, Any]], int]
+
+
+def _answered(rating: int) -> dict[str, Any]:
+    return {"role": "assistant", "content": json.dumps({"score": rating})}
+
+
+def _town_shots(call: TownCall, examples: Sequence[Example]) -> list[dict[str, Any]]:
+    """The worked examples as earlier turns of ``call``'s conversation, each memory asked
+    through the call's own template by the call's own agent."""
+    turns: list[dict[str, Any]] = []
+    for memory, _, rating in examples:
+        shown = town_call(
+            call.template,
+            agent=call.agent,
+            summary_block=call.summary_block,
+            slots={**call.slots, "memory": memory},
+            time=call.time,
+        )
+        turns += [shown.messages()[-1], _answered(rating)]
+    return turns
+
+
 def measure(
     server: LocalServer,
     town: dict[str, list[TownCall]],
@@ -137,11 +169,17 @@ def measure(
     temperature: float,
     seed: int,
     concurrency: int,
+    examples: Sequence[Example] = (),
 ) -> dict[str, Any]:
     client = server.client()
     rng = random.Random(seed)
     text = _text_agreement()
-    result: dict[str, Any] = {"temperature": temperature, "town": {}, "park": {}}
+    result: dict[str, Any] = {
+        "temperature": temperature,
+        "examples": len(examples),
+        "town": {},
+        "park": {},
+    }
     first_ask_seconds: list[float] = []
 
     def both(request: dict[str, Any]) -> tuple[tuple[str, float, Any], tuple[str, float, Any]]:
@@ -151,14 +189,17 @@ def measure(
 
     with ThreadPoolExecutor(concurrency) as pool:
         for category, calls in town.items():
-            requests = [
-                {
+            requests = []
+            for c in calls:
+                request = {
                     **town_request(c, server.model),
                     **town_options(c).constraints,
                     "temperature": temperature,
                 }
-                for c in calls
-            ]
+                if examples and category == IMPORTANCE.category:
+                    system, *rest = request["messages"]
+                    request["messages"] = [system, *_town_shots(c, examples), *rest]
+                requests.append(request)
             answers = list(pool.map(both, requests))
             first_ask_seconds += [a[0][1] for a in answers]
             own, rand = [], []
@@ -184,10 +225,11 @@ def measure(
                 "gap": _share(own) - _share(rand),
             }
         if park:
+            shots = [turn for _, m, r in examples for turn in (*m, _answered(r))]
             requests = [
                 {
                     "model": server.model,
-                    "messages": m,
+                    "messages": [*shots, *m],
                     "response_format": SCORE_SCHEMA,
                     "max_tokens": 24,
                     "temperature": temperature,
@@ -290,21 +332,25 @@ def recorded_spread(folder: Path, seed: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def park_sample(n: int, seed: int) -> list[tuple[list[dict[str, Any]], int]]:
-    """``n`` distinct rated memories of the shared agent, with gpt-3.5-turbo's rating."""
+def park_sample(
+    n: int, seed: int, examples: int = 0
+) -> tuple[list[tuple[list[dict[str, Any]], int]], list[Example]]:
+    """``n`` distinct rated memories of the shared agent, with gpt-3.5-turbo's rating, and
+    ``examples`` further ones (never among the ``n``) to show as worked examples."""
     if not (PARK / "nodes.json").exists():
-        return []
-    seen: dict[str, tuple[list[dict[str, Any]], int]] = {}
+        return [], []
+    seen: dict[str, Example] = {}
     for call in park_calls():
-        seen.setdefault(call.messages[0]["content"], (call.messages, int(call.answer)))
+        memory = call.keywords[0] if call.keywords else call.messages[0]["content"]
+        seen.setdefault(call.messages[0]["content"], (memory, call.messages, int(call.answer)))
     items = list(seen.values())
     random.Random(seed).shuffle(items)
-    return items[:n]
+    return [(m, r) for _, m, r in items[:n]], items[n : n + examples]
 
 
 def render(model: str, r: dict[str, Any]) -> str:
     lines = [
-        f"## {model}, temperature {r['temperature']} "
+        f"## {model}, temperature {r['temperature']}, {r.get('examples', 0)} worked examples "
         f"(first ask p50 {r['first_ask_p50_s']:.2f} s, mean {r['first_ask_mean_s']:.2f} s)",
         "| category | prompts | own second answer acceptable | random same-agent answer | gap |",
         "|---|---|---|---|---|",
@@ -339,6 +385,9 @@ def main() -> int:
     parser.add_argument("--run", type=Path, default=RUN, help="a committed town run (jsonl.gz)")
     parser.add_argument("--per-category", type=int, default=40)
     parser.add_argument("--park", type=int, default=80, help="shared agent's memories (0: none)")
+    parser.add_argument(
+        "--examples", type=int, default=0, help="worked examples before each importance prompt"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write the figures here")
@@ -360,13 +409,15 @@ def main() -> int:
     models = args.model or ["qwen2.5-coder-1.5b"]
     temperatures = args.temperature or [0.3]
     town = town_sample(args.run, args.per_category, args.seed, args.category or CATEGORIES)
-    park = park_sample(args.park, args.seed) if args.park else []
+    park, examples = park_sample(args.park, args.seed, args.examples)
+    if args.examples and len(examples) < args.examples:
+        sys.exit(f"--examples {args.examples}: the shared agent's data holds too few memories")
     print(header_line(machine_info()), flush=True)
     report: dict[str, Any] = {"machine": machine_info().model_dump(), "runs": []}
     for model in models:
         with LocalServer(model, parallel=max(2, args.concurrency)) as server:
             for temperature in temperatures:
-                r = measure(server, town, park, temperature, args.seed, args.concurrency)
+                r = measure(server, town, park, temperature, args.seed, args.concurrency, examples)
                 r["model"] = model
                 report["runs"].append(r)
                 print(render(model, r), flush=True)
