@@ -26,7 +26,10 @@ town's own prompts and, where a real model's answers exist, the agreement with t
 ``--examples K`` asks with K worked examples before each importance prompt (town and shared
 agent): K other memories of the shared agent, never among those measured, each asked through
 the same prompt (the town's template for the town's calls, for the agent asking) and answered
-with gpt-3.5-turbo's recorded rating, as earlier turns of the conversation.
+with gpt-3.5-turbo's recorded rating, as earlier turns of the conversation. A town example
+repeats the agent's persona block, so three make each prompt about four times as long: on 2
+cores (2026-11-27) ``--examples 3`` with 80 town prompts and ``--park 200`` had not finished
+after 55 minutes on qwen2.5-coder-1.5b and was stopped; measure a smaller sample first.
 
 Each model runs on its own :class:`~llmcache.llm.LocalServer`. Printed: one table per model and
 temperature, and the seconds per first ask (the speed a recording would run at).
