@@ -218,6 +218,31 @@ def wilson_interval(wrong: int, n: int, z: float = _Z_TWO_SIDED) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def _rate_difference(
+    first: tuple[int, int], second: tuple[int, int], z: float, phi: float = 0.0
+) -> tuple[float, float]:
+    """Newcombe's interval of ``first`` rate minus ``second`` rate (each ``(count, n)``), from
+    the Wilson interval of each, with ``phi`` their correlation (0: independent samples).
+
+    Without a first sample it is ``(-1, 1)``. Without a second, or one that never counted, the
+    second rate is taken as 0: no credit for variability nobody saw, so the interval is the
+    first rate's own Wilson interval."""
+    (k1, n1), (k2, n2) = first, second
+    if n1 <= 0:
+        return -1.0, 1.0
+    p1 = k1 / n1
+    low1, high1 = wilson_interval(k1, n1, z)
+    if n2 <= 0 or k2 <= 0:
+        return low1, high1
+    p2 = k2 / n2
+    low2, high2 = wilson_interval(k2, n2, z)
+    below = (p1 - low1) ** 2 - 2 * phi * (p1 - low1) * (high2 - p2) + (high2 - p2) ** 2
+    above = (high1 - p1) ** 2 - 2 * phi * (high1 - p1) * (p2 - low2) + (p2 - low2) ** 2
+    low = p1 - p2 - math.sqrt(max(below, 0.0))
+    high = p1 - p2 + math.sqrt(max(above, 0.0))
+    return max(-1.0, low), min(1.0, high)
+
+
 def excess_interval(
     wrong: int, n: int, disagree: int, pairs: int, z: float = _Z_TWO_SIDED
 ) -> tuple[float, float]:
@@ -231,18 +256,7 @@ def excess_interval(
     it is ``(-1, 1)``. (What proves a threshold is :func:`proves`: a confidence
     sequence, valid however often it is re-tested.)
     """
-    if n <= 0:
-        return -1.0, 1.0
-    p1 = wrong / n
-    low1, high1 = wilson_interval(wrong, n, z)
-    if pairs <= 0 or disagree <= 0:
-        return low1, high1
-    p0 = disagree / pairs
-    low0, high0 = wilson_interval(disagree, pairs, z)
-    diff = p1 - p0
-    low = diff - math.sqrt((p1 - low1) ** 2 + (high0 - p0) ** 2)
-    high = diff + math.sqrt((high1 - p1) ** 2 + (p0 - low0) ** 2)
-    return max(-1.0, low), min(1.0, high)
+    return _rate_difference((wrong, n), (disagree, pairs), z)
 
 
 def paired_excess_interval(
@@ -260,14 +274,6 @@ def paired_excess_interval(
     that was never unacceptable earns no credit: the interval is the served rate's own.
     """
     n = both + served_only + second_only + neither
-    if n <= 0:
-        return -1.0, 1.0
-    p1 = (both + served_only) / n
-    low1, high1 = wilson_interval(both + served_only, n, z)
-    if both + second_only <= 0:
-        return low1, high1
-    p2 = (both + second_only) / n
-    low2, high2 = wilson_interval(both + second_only, n, z)
     # The phi coefficient of the 2x2 table, with Newcombe's continuity correction of a
     # positive association (a negative one is kept as it is: it only widens the interval).
     cross: float = both * neither - served_only * second_only
@@ -276,12 +282,7 @@ def paired_excess_interval(
     margins = (both + served_only) * (second_only + neither) * (both + second_only)
     margins *= served_only + neither
     phi = cross / math.sqrt(margins) if margins > 0 else 0.0
-    diff = p1 - p2
-    below = (p1 - low1) ** 2 - 2 * phi * (p1 - low1) * (high2 - p2) + (high2 - p2) ** 2
-    above = (high1 - p1) ** 2 - 2 * phi * (high1 - p1) * (p2 - low2) + (p2 - low2) ** 2
-    low = diff - math.sqrt(max(below, 0.0))
-    high = diff + math.sqrt(max(above, 0.0))
-    return max(-1.0, low), min(1.0, high)
+    return _rate_difference((both + served_only, n), (both + second_only, n), z, phi)
 
 
 def proves(

@@ -27,7 +27,7 @@ import os
 import random
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -323,20 +323,18 @@ def figures(
     if not served:
         return out
     rate = wrong / len(served)
-    by_index = {r.index: c for r, c in zip(rows, calls, strict=True)}
-    seconds = [by_index[r.index].other_answers[:1] for r in served]
-    if all(seconds):
+    served_calls = [c for r, c in zip(rows, calls, strict=True) if r.served is not None]
+    if all(c.other_answers for c in served_calls):
         # The same queries: each served answer beside the model's own second answer to it,
         # both graded against the true answer the same way.
-        cells = [0, 0, 0, 0]  # both wrong, served only, second only, neither
-        for r, (second,) in zip(served, seconds, strict=True):
-            call = by_index[r.index]
-            second_wrong = not equivalences[call.category](second, call.answer)
-            cells[
-                (0 if second_wrong else 1) if not r.acceptable else (2 if second_wrong else 3)
-            ] += 1
-        low, high = paired_excess_interval(*cells)
-        own = (cells[0] + cells[2]) / len(served)
+        cells: Counter[tuple[bool, bool]] = Counter(
+            (not r.acceptable, not equivalences[c.category](c.other_answers[0], c.answer))
+            for r, c in zip(served, served_calls, strict=True)
+        )  # (served answer wrong, second answer wrong)
+        low, high = paired_excess_interval(
+            cells[True, True], cells[True, False], cells[False, True], cells[False, False]
+        )
+        own = (cells[True, True] + cells[False, True]) / len(served)
         paired = True
     else:
         disagree = pairs - agree
