@@ -101,8 +101,12 @@ QUICK = Profile(
     compare_queries=12,
     saturation_queries=None,
     thresholds=10,
-    llm_judge_queries=8,
-    revise_budget=8,
+    # The judge rankings and revisions are most of the steps' model time after collect (on 2
+    # cores, 2026-11-28: 8 of each per experiment took about 5 of the steps' 7 minutes). Four
+    # still run every judged path end to end; the quick figures were never a verdict, with a
+    # judge at chance (below), and the standard profile judges and revises 60.
+    llm_judge_queries=4,
+    revise_budget=4,
     # The 1.5B model is too slow to rank for every query on 2 cores; SmolLM2 ranks quickly
     # (near randomly: the reliability figures in the report say how near).
     judge_tier="default",

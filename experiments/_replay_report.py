@@ -56,6 +56,15 @@ def _agree(f: Figures) -> str:
     return "-" if f.agreement is None else f"{_pct(f.agreement)} of {f.pairs}"
 
 
+def _embedding_note(result: ReplayStudyResult) -> str:
+    if result.embedded is None or result.embeddings_at_hand is None:
+        return "its embeddings not counted"
+    return (
+        f"{result.embedded:,} texts embedded, {result.embeddings_at_hand:,} vectors at hand "
+        "(shipped with the recording, or kept from an earlier run in the same directory)"
+    )
+
+
 def _row(bed: ReplayBed, mode: str, config: str) -> ReplayRow | None:
     return next((r for r in bed.rows if r.mode == mode and r.config == config), None)
 
@@ -314,7 +323,7 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
         "interval: to the very queries served where each was recorded with a second answer "
         "(marked * in the tables: paired, Newcombe's interval for paired rates), else the "
         "disagreement of every recorded pair of answers to one prompt. "
-        f"It took {result.seconds:.0f} s.",
+        f"It took {result.seconds:.0f} s, {_embedding_note(result)}.",
     ]
     for bed in result.beds:
         lines += [

@@ -68,6 +68,7 @@ __all__ = [
     "DEFAULT_STUDY_THRESHOLDS",
     "PARK",
     "RECORDED_CATEGORIES",
+    "RECORDING_EMBEDDINGS",
     "STATIC_THRESHOLD",
     "TOWN_RUNS",
     "committed_recording",
@@ -80,6 +81,8 @@ __all__ = [
 _ROOT = Path(__file__).resolve().parents[1]
 #: Where the committed recording is (``run<n>.jsonl.gz`` and ``provenance.json``).
 DEFAULT_RECORDING = _ROOT / "docs" / "results" / "recording"
+#: A recording's own subdirectory of embedded texts (a :class:`StoredEmbedder` store), if any.
+RECORDING_EMBEDDINGS = "embeddings"
 #: The town's committed standard runs: what the recording's prompts were taken from.
 TOWN_RUNS = _ROOT / "docs" / "results" / "standard" / "data"
 #: The categories a recording of the town holds at least.
@@ -567,11 +570,17 @@ def replay_study(
     started = time.perf_counter()
     say = progress or (lambda _: None)
     stored = StoredEmbedder(embedder, embeddings)
+    in_store, shipped = len(stored), 0
     if recording is None:
         recording = committed_recording()
     provenance: dict[str, Any] = {}
     if recording is not None:  # a recording asked for and missing is an error, not a fallback
         runs, provenance = read_recording_dir(recording)
+        # Vectors shipped beside the recording (the pinned embedder's, by each text's sha256)
+        # spare a new directory embedding every prompt again: most of a fresh study's time.
+        shipped = stored.add_from(recording / RECORDING_EMBEDDINGS)
+        if shipped:
+            say(f"embeddings: {shipped} texts' vectors from the recording")
         source = f"the recording in {_shown(recording)} ({len(runs)} runs)"
         # A recording names the town runs its prompts came from (benchmarks/record_town.py
         # writes ``source``); their queries hold the requirements the answers are graded by.
@@ -667,4 +676,6 @@ def replay_study(
         placeholder_echoes=echoes,
         degenerate=broken,
         seconds=round(time.perf_counter() - started, 1),
+        embedded=stored.computed,
+        embeddings_at_hand=in_store + shipped,
     )

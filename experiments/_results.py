@@ -534,6 +534,12 @@ class ReplayStudyResult(BaseModel):
     placeholder_echoes: dict[str, int] = Field(default_factory=dict)
     degenerate: dict[str, int] = Field(default_factory=dict)
     seconds: float = 0.0
+    # Texts embedded by this run, and the vectors at hand when it began: shipped with the
+    # recording, or kept from an earlier run in the same directory (what ``seconds`` depends
+    # on most).
+    # (None: a result written before they were counted.)
+    embedded: int | None = None
+    embeddings_at_hand: int | None = None
 
 
 #: Each experiment's result model, by the experiment's name (its file is ``<name>.json``), in

@@ -563,8 +563,7 @@ class StoredEmbedder:
         self.reused = 0
         self.path: Path | None = None
         if directory is not None:
-            safe = re.sub(r"[^A-Za-z0-9._-]+", "_", inner.model_id)
-            self.path = Path(directory) / f"{safe}-{inner.dim}.npz"
+            self.path = self._store_file(directory)
             self._load()
 
     @property
@@ -578,18 +577,41 @@ class StoredEmbedder:
     def __len__(self) -> int:
         return len(self._vectors)
 
-    def _load(self) -> None:
-        if self.path is None or not self.path.exists():
-            return
+    def _store_file(self, directory: str | os.PathLike[str]) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", self.inner.model_id)
+        return Path(directory) / f"{safe}-{self.inner.dim}.npz"
+
+    def _read(self, path: Path) -> dict[str, NDArray[np.float32]]:
+        """The vectors of the store file ``path``; none if it is missing, unreadable or of
+        another size (they are computed again, never guessed)."""
+        if not path.exists():
+            return {}
         try:
-            with np.load(self.path, allow_pickle=False) as stored:
+            with np.load(path, allow_pickle=False) as stored:
                 keys = [str(k) for k in stored["keys"]]
                 vectors = np.asarray(stored["vectors"], dtype=np.float32)
         except (OSError, ValueError, KeyError):
-            return  # unreadable: computed again, and rewritten by the next save
+            return {}
         if vectors.ndim != 2 or vectors.shape != (len(keys), self.dim):
-            return
-        self._vectors = dict(zip(keys, vectors, strict=True))
+            return {}
+        return dict(zip(keys, vectors, strict=True))
+
+    def _load(self) -> None:
+        if self.path is not None:
+            # Unreadable: computed again, and rewritten by the next save.
+            self._vectors = self._read(self.path)
+
+    def add_from(self, directory: str | os.PathLike[str]) -> int:
+        """Take the vectors another store directory holds for this model (vectors shipped
+        beside a recording, say) that this one lacks; how many were added. They count as new:
+        the next :meth:`save` writes them into this store's own file. A store file that is
+        missing, unreadable or of another size adds nothing."""
+        found = self._read(self._store_file(directory))
+        with self._lock:
+            new = {k: v for k, v in found.items() if k not in self._vectors}
+            self._vectors.update(new)
+            self._dirty = self._dirty or bool(new)
+        return len(new)
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
         items = _check_texts(texts)

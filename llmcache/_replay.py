@@ -85,9 +85,13 @@ class RecordedUpstream:
 
     def __init__(self, calls: Sequence[ReplayCall], seed: int | None = 0) -> None:
         self.calls = list(calls)
-        self._same_prompt: dict[str, list[int]] = defaultdict(list)
-        for index, call in enumerate(self.calls):
-            self._same_prompt[call.prompt_key()].append(index)
+        keys = [call.prompt_key() for call in self.calls]
+        same_prompt: dict[str, list[int]] = defaultdict(list)
+        for index, key in enumerate(keys):
+            same_prompt[key].append(index)
+        # Each call's fellows (itself among them), found once: a prompt's key is its whole
+        # messages as JSON, too dear to build again for every twin and exploration.
+        self._fellows = [same_prompt[key] for key in keys]
         self._rng = random.Random(seed)
         self._ids = itertools.count(1)
         self._current: int | None = None
@@ -119,9 +123,7 @@ class RecordedUpstream:
             # other calls with it (their token counts as recorded; a further answer's counted
             # only once drawn).
             spread: list[str | ReplayCall] = [*call.other_answers]
-            spread += [
-                self.calls[i] for i in self._same_prompt[call.prompt_key()] if i != self._current
-            ]
+            spread += [self.calls[i] for i in self._fellows[self._current] if i != self._current]
             if spread:
                 drawn = self._rng.choice(spread)
                 if isinstance(drawn, str):

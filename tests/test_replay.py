@@ -267,6 +267,25 @@ def test_stored_embeddings_are_computed_once_and_kept_on_disk(tmp_path: Path) ->
     assert (damaged.embed(["a walk"]) == vectors[1:]).all() and damaged.computed == 1
 
 
+def test_a_store_takes_the_vectors_another_directory_holds(tmp_path: Path) -> None:
+    from llmcache.embedders import StoredEmbedder
+
+    shipped = StoredEmbedder(HashEmbedder(), tmp_path / "shipped")
+    vectors = shipped.embed(["a walk", "a run"])
+    shipped.save()
+    own = StoredEmbedder(HashEmbedder(), tmp_path / "own")
+    own.embed(["a walk"])
+    assert own.add_from(tmp_path / "shipped") == 1  # the run it lacked; its own walk kept
+    assert (own.embed(["a walk", "a run"]) == vectors).all() and own.computed == 1
+    own.save()
+    assert len(StoredEmbedder(HashEmbedder(), tmp_path / "own")) == 2
+    # Nothing there, or a damaged store, adds nothing.
+    assert own.add_from(tmp_path / "missing") == 0
+    assert shipped.path is not None
+    shipped.path.write_bytes(b"not a store")
+    assert StoredEmbedder(HashEmbedder()).add_from(tmp_path / "shipped") == 0
+
+
 def test_a_call_s_own_other_answers_join_its_spread_and_its_pairs(tmp_path: Path) -> None:
     calls = [
         _call("p", "3").model_copy(update={"other_answers": ["7", "8"]}),

@@ -15,12 +15,14 @@ import pytest
 from experiments._profiles import QUICK, STANDARD
 from experiments._replay_report import headline, replay_lines
 from experiments._replay_study import (
+    RECORDING_EMBEDDINGS,
     TOWN_RUNS,
     read_recording_dir,
     replay_study,
 )
 from experiments._report import StudyResults, report_sections
 from experiments._results import ReplayStudyResult
+from llmcache import EmbedMode
 from llmcache.errors import ReplayInputError
 from llmcache.replay import ReplayCall
 from llmcache.testing import HashEmbedder
@@ -195,6 +197,23 @@ def test_a_study_s_figures_follow_the_model_s_own_second_answers(tmp_path: Path)
     rnd = spread.beds[0].rows[-1].categories["importance score"]
     assert rnd.pairs >= sum(1 for c in runs[3] if c.category == "importance score")
     assert rnd.agreement is not None and rnd.agreement < 1.0
+
+
+def test_vectors_shipped_with_a_recording_are_not_embedded_again(tmp_path: Path) -> None:
+    recording = _recording(tmp_path)
+    kwargs = {"recording": recording, "embedder": HashEmbedder(), "park": None}
+    small = {"modes": (EmbedMode.KEYWORD,), "thresholds": (0.9,)}
+    first = replay_study(embeddings=tmp_path / "first", **kwargs, **small)
+    assert first.embedded and first.embeddings_at_hand == 0
+    # The first run's store, shipped beside the recording: a new directory embeds nothing.
+    shutil.copytree(tmp_path / "first", recording / RECORDING_EMBEDDINGS)
+    again = replay_study(embeddings=tmp_path / "again", **kwargs, **small)
+    assert (again.embedded, again.embeddings_at_hand) == (0, first.embedded)
+    assert [r.overall for r in again.beds[0].rows] == [r.overall for r in first.beds[0].rows]
+    assert "0 texts embedded" in "\n".join(replay_lines(again))
+    # ... and keeps them in its own store, so the next run there needs no recording's.
+    third = replay_study(embeddings=tmp_path / "again", **kwargs, **small)
+    assert (third.embedded, third.embeddings_at_hand) == (0, first.embedded)
 
 
 def test_a_malformed_recording_is_refused_with_its_line(tmp_path: Path) -> None:
