@@ -53,7 +53,7 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
         rows = {row.mode: row for row in cost.summary()}
         priced = cost.models.get("llm", "the study's")
         print(
-            f"cost of a held-out run ({24 * cost.sim_days:.0f} simulated hours) at {priced} prices:"
+            f"cost of a held-out run ({24 * cost.sim_days:g} simulated hours) at {priced} prices:"
         )
         print(f"  {'':14} {'study model (chars/4)':24} CachedLLM replay (LLM tokens counted)")
         none = rows["none"]
