@@ -92,9 +92,10 @@ QUICK = Profile(
     # school. Every category the three runs of 06:00-14:00 asked had been asked by 09:00 in
     # each run, and the morning is most of the cost (on 2 cores, 2026-11-27, 06:00-10:00 took
     # 72% of the eight hours' model time), so the later hours added minutes, not categories.
-    # In the seeded runs of 06:00-10:00 every category came by 09:10 (run 2's one agent
-    # reaction), and the last half hour was 65 of the three runs' 614 s of model time
-    # (2026-11-28): cut, so that ``scripts/run.sh`` keeps within 15 minutes on 2 cores.
+    # In the seeded runs of 06:00-10:00 every category had come by 09:10 (run 2's one agent
+    # reaction, a dialogue call the study does not keep), and the last half hour was 65 of
+    # the three runs' 614 s of model time (2026-11-28): cut, so that ``scripts/run.sh`` keeps
+    # within 15 minutes on 2 cores. The calls before 09:30 are the same, prompt for prompt.
     days=3.5 / 24,
     agents=["Alice Wilson", "Mary Oliver"],
     max_attempts=2,
