@@ -536,8 +536,7 @@ class ReplayStudyResult(BaseModel):
     seconds: float = 0.0
     # Texts embedded by this run, and the vectors at hand when it began: shipped with the
     # recording, or kept from an earlier run in the same directory (what ``seconds`` depends
-    # on most).
-    # (None: a result written before they were counted.)
+    # on most). None: a result written before they were counted.
     embedded: int | None = None
     embeddings_at_hand: int | None = None
 

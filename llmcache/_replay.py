@@ -303,7 +303,9 @@ def figures(
         raise ReplayError(
             f"figures: {len(rows)} results but {len(calls)} calls; pass each result's own call"
         )
-    served = [r for r in rows if r.served is not None]
+    # Each served result with its own call: the paired excess grades the call's second answer.
+    served_pairs = [(r, c) for r, c in zip(rows, calls, strict=True) if r.served is not None]
+    served = [r for r, _ in served_pairs]
     wrong = sum(1 for r in served if not r.acceptable)
     cost = sum(r.cost_usd for r in rows)
     baseline = sum(r.baseline_usd for r in rows)
@@ -325,13 +327,12 @@ def figures(
     if not served:
         return out
     rate = wrong / len(served)
-    served_calls = [c for r, c in zip(rows, calls, strict=True) if r.served is not None]
-    if all(c.other_answers for c in served_calls):
+    if all(c.other_answers for _, c in served_pairs):
         # The same queries: each served answer beside the model's own second answer to it,
         # both graded against the true answer the same way.
         cells: Counter[tuple[bool, bool]] = Counter(
             (not r.acceptable, not equivalences[c.category](c.other_answers[0], c.answer))
-            for r, c in zip(served, served_calls, strict=True)
+            for r, c in served_pairs
         )  # (served answer wrong, second answer wrong)
         low, high = paired_excess_interval(
             cells[True, True], cells[True, False], cells[False, True], cells[False, False]
