@@ -25,18 +25,34 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from llmcache.replay import ReplayCall
 
-__all__ = ["PARK", "PROMPTS", "park_calls"]
+__all__ = [
+    "BED_CHECK_AGENTS",
+    "BED_MODEL",
+    "BED_TUNE_AGENTS",
+    "PARK",
+    "PARK_4OMINI",
+    "PROMPTS",
+    "bed_calls",
+    "park_calls",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 PARK = ROOT / ".." / "shared" / "benchmarks" / "park_demo_isabella"
+#: The gpt-4o-mini development bed: eight agents of one run, one folder each (its README).
+PARK_4OMINI = ROOT / ".." / "shared" / "benchmarks" / "park_4omini_dev"
 PROMPTS = ROOT / "examples" / "park_prompts"
 MODEL = "gpt-3.5-turbo"
+BED_MODEL = "gpt-4o-mini"
+#: The bed's agents settings are learned on, and those they are reported on (the issues' split).
+BED_TUNE_AGENTS = ("Abigail Chen", "Arthur Burton", "Ayesha Khan", "Carlos Gomez")
+BED_CHECK_AGENTS = ("Giorgio Rossi", "Latoya Williams", "Mei Lin", "Rajiv Patel")
 
 
 def _template(path: Path) -> str:
@@ -69,8 +85,11 @@ def identity(scratch: dict[str, Any], when: datetime) -> str:
 _PLAN = re.compile(r"^This is .+'s plan for ")
 
 
-def park_calls(folder: Path = PARK, prompts: Path = PROMPTS) -> list[ReplayCall]:
-    """The rated memories of ``folder`` as calls, in the order they were made."""
+def park_calls(
+    folder: Path = PARK, prompts: Path = PROMPTS, model: str = MODEL
+) -> list[ReplayCall]:
+    """The rated memories of ``folder`` as calls, in the order they were made; ``model`` is
+    the model that made the run (it prices the calls)."""
     nodes = json.loads((folder / "nodes.json").read_text(encoding="utf-8"))
     scratch = json.loads((folder / "scratch.json").read_text(encoding="utf-8"))
     event_prompt = _template(prompts / "poignancy_event.txt")
@@ -95,10 +114,27 @@ def park_calls(folder: Path = PARK, prompts: Path = PROMPTS) -> list[ReplayCall]
                 keywords=[text],
                 answer=str(node["poignancy"]),
                 time=when.timestamp(),
-                params={"model": MODEL},
+                params={"model": model},
             )
         )
     return out
+
+
+def bed_calls(
+    agents: Sequence[str] = BED_TUNE_AGENTS + BED_CHECK_AGENTS,
+    folder: Path = PARK_4OMINI,
+    prompts: Path = PROMPTS,
+    model: str = BED_MODEL,
+) -> list[ReplayCall]:
+    """The rated memories of several agents of one run (one sub-folder each, named by the
+    agent), interleaved in the order they were made, as the run made them: by time, then in
+    ``agents``' order."""
+    tagged = []
+    for rank, agent in enumerate(agents):
+        for position, call in enumerate(park_calls(folder / agent, prompts, model)):
+            tagged.append((call.time or 0.0, rank, position, call))
+    tagged.sort(key=lambda item: item[:3])
+    return [call for *_, call in tagged]
 
 
 def main() -> int:
