@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-python3}
 with_llm=1
 # The library's own extras, and the repository's dependency groups (pyproject.toml).
 extras="pg,proxy"
-groups="dev experiments"
+groups="dev experiments docs"
 for arg in "$@"; do
   case "$arg" in
     --no-llm) with_llm=0 ;;
