@@ -8,9 +8,14 @@ leading underscore; a new one without a page (``docs/reference/<module>.md`` hol
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import pkgutil
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import llmcache
 
@@ -75,3 +80,48 @@ def test_the_site_builds_offline() -> None:
     plugins = text.split("\nplugins:\n", 1)[1].split("\n\n", 1)[0]
     assert not re.search(r"\b(social|privacy|optimize|git-revision-date)\b", plugins)
     assert re.search(r"^docs_dir: docs$", text, re.M)
+
+
+def _hook(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "_hooks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_links_that_leave_docs_are_checked_and_rewritten(caplog: pytest.LogCaptureFixture) -> None:
+    links = _hook("repository_links")
+    docs, page_dir = ROOT / "docs", ROOT / "docs" / "results" / "quick"
+
+    def rewrite(line: str, repo_url: str = "") -> str:
+        return str(links._rewrite_line(line, page_dir, docs, ROOT, repo_url, "p.md"))
+
+    # Inside docs/: left to MkDocs, which validates it.
+    assert rewrite("[b](../../wrong-hit-budget.md#x)") == "[b](../../wrong-hit-budget.md#x)"
+    # A repository file: named as code without a forge, linked on the forge with one.
+    assert rewrite("see [the study](../../../experiments/README.md)") == (
+        "see the study (`experiments/README.md`)"
+    )
+    assert rewrite("[`README.md`](../../../README.md)") == "`README.md`"
+    assert rewrite("[code](../../../llmcache/replay.py#L3)", "https://forge.example/o/r") == (
+        "[code](https://forge.example/o/r/blob/main/llmcache/replay.py#L3)"
+    )
+    # Code spans and external links are not links.
+    assert rewrite("`[x](../../../README.md)` [w](https://x.org)") == (
+        "`[x](../../../README.md)` [w](https://x.org)"
+    )
+    # A target that does not exist is a warning (an error under --strict), the link kept.
+    with caplog.at_level(logging.WARNING):
+        assert rewrite("[gone](../../../no-such-file.md)") == "[gone](../../../no-such-file.md)"
+    assert "does not exist" in caplog.text
+
+
+def test_doctest_examples_in_docstrings_become_code_blocks() -> None:
+    docstrings = _hook("docstrings")
+    text = "Intro.\n\n>>> fake.calls[0][\"model\"]\n'm'\n\nAfter :mod:`llmcache.storage`."
+    fenced = docstrings._fence_doctests(text)
+    assert fenced == "Intro.\n\n```pycon\n>>> fake.calls[0][\"model\"]\n'm'\n```\n\nAfter " + (
+        ":mod:`llmcache.storage`."
+    )
+    assert docstrings._ROLE.sub(r"`\1`", fenced).endswith("After `llmcache.storage`.")
