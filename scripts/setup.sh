@@ -12,8 +12,8 @@ HNSWLIB_REQUIREMENT="hnswlib==0.8.0"  # pyproject.toml asks for hnswlib>=0.8
 PYTHON=${PYTHON:-python3}
 with_llm=1
 # The library's own extras, and the repository's dependency groups (pyproject.toml).
-extras="pg,proxy"
-groups="dev experiments docs"
+extras="pg,proxy,langchain"
+groups="dev experiments docs frameworks"
 for arg in "$@"; do
   case "$arg" in
     --no-llm) with_llm=0 ;;

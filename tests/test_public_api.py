@@ -54,7 +54,13 @@ SURFACE: dict[str, set[str]] = {
         "transfer",
     },
     "llmcache.index": {"AutoIndex", "ExactIndex", "HnswIndex", "VectorIndex"},
-    "llmcache.templates": {"Recognition", "TemplateSet", "load_templates"},
+    "llmcache.templates": {
+        "LearnedTemplate",
+        "Recognition",
+        "TemplateLearner",
+        "TemplateSet",
+        "load_templates",
+    },
     "llmcache.embedders": {
         "BatchingEmbedder",
         "Embedder",
@@ -105,6 +111,8 @@ SURFACE: dict[str, set[str]] = {
     },
     # The OpenAI-compatible caching proxy (extra [proxy]): settings and the ASGI app.
     "llmcache.proxy": {"ProxyKey", "ProxySettings", "create_app"},
+    # LangChain's cache on llmcache's tables (extra [langchain]): set_llm_cache(LLMCache()).
+    "llmcache.langchain": {"LLMCache", "PromptFiler"},
     "llmcache.types": {
         "Adapted",
         "CacheEntry",

@@ -1,0 +1,265 @@
+"""llmcache as LangChain's cache (llmcache.langchain): lookup and update on llmcache's tables,
+through langchain_core's own BaseCache contract and its own chat and text models."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.globals import set_llm_cache
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.language_models.fake import FakeListLLM
+from langchain_core.load import dumps
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, ChatResult, Generation
+
+from llmcache import CacheConfig, CacheOptions, SemanticCache
+from llmcache.langchain import LLMCache
+from llmcache.testing import HashEmbedder
+
+RATE = "On the scale of 1 to 10, rate the poignancy of this memory for {agent}.\nMemory: {memory}"
+LLM_A = '{"id": ["ChatFake"], "kwargs": {"model_name": "fake-1", "temperature": 0.7}}---[]'
+LLM_B = '{"id": ["ChatFake"], "kwargs": {"model_name": "fake-1", "temperature": 0.0}}---[]'
+
+
+class StandInLearner:
+    """A TEST DOUBLE for ``TemplateLearner.options``: it knows one template (RATE) and files a
+    prompt of it only once it has seen ``confident_after`` of them, as the learner passes a
+    template's first calls through until it is confident. Its figures mean nothing."""
+
+    def __init__(self, confident_after: int = 2) -> None:
+        self.confident_after = confident_after
+        self.seen = 0
+        self.pattern = re.compile(
+            re.escape(RATE)
+            .replace(r"\{agent\}", "(?P<agent>.+)")
+            .replace(r"\{memory\}", "(?P<memory>.+)")
+            + r"\Z"
+        )
+
+    def options(
+        self, prompt: str, system: str | None = None, default_agent: str = ""
+    ) -> CacheOptions | None:
+        found = self.pattern.match(prompt)
+        if found is None:
+            return None
+        self.seen += 1
+        if self.seen < self.confident_after:
+            return None
+        return CacheOptions(
+            category="learned-rate",
+            agent=found["agent"] or default_agent,
+            keywords=(found["memory"],),
+        )
+
+
+def _chat_prompt(agent: str, memory: str) -> str:
+    # What a chat model gives its cache: LangChain's JSON of the messages.
+    return dumps([HumanMessage(content=RATE.format(agent=agent, memory=memory))])
+
+
+@pytest.fixture
+def lc_cache(tmp_path: Path) -> Iterator[LLMCache]:
+    cache = LLMCache(
+        SemanticCache(tmp_path / "c", embedder=HashEmbedder(), config=CacheConfig(threshold=0.8)),
+        learner=StandInLearner(confident_after=1),
+    )
+    yield cache
+    cache.close()
+
+
+def _text(generations: Any) -> str:
+    assert isinstance(generations, list) and len(generations) == 1
+    return str(generations[0].text)
+
+
+def test_a_lookup_in_an_empty_table_misses(lc_cache: LLMCache) -> None:
+    assert lc_cache.lookup(_chat_prompt("Tommie", "sees the new home"), LLM_A) is None
+    lc_cache.update(_chat_prompt("Tommie", "sees the new home"), LLM_A, [Generation(text="4")])
+    assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "miss"
+    assert lc_cache.last_info.category == "learned-rate" and lc_cache.last_info.agent == "Tommie"
+
+
+def test_an_update_is_served_to_the_same_prompt_as_a_chat_generation(lc_cache: LLMCache) -> None:
+    prompt = _chat_prompt("Tommie", "Tommie feels tired from driving so far")
+    assert lc_cache.lookup(prompt, LLM_A) is None
+    lc_cache.update(prompt, LLM_A, [ChatGeneration(message=AIMessage(content="3"))])
+    served = lc_cache.lookup(prompt, LLM_A)
+    assert _text(served) == "3"
+    assert isinstance(served[0], ChatGeneration)  # type: ignore[index]
+    assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "hit"
+
+
+def test_a_paraphrased_slot_value_is_a_semantic_hit_once_the_learner_is_confident(
+    tmp_path: Path,
+) -> None:
+    learner = StandInLearner(confident_after=2)
+    cache = LLMCache(
+        SemanticCache(tmp_path / "c", embedder=HashEmbedder(), config=CacheConfig(threshold=0.8)),
+        learner=learner,
+    )
+    first = _chat_prompt("Tommie", "The road is noisy at night")
+    # Not yet confident: passed through, and its answer is not stored.
+    assert cache.lookup(first, LLM_A) is None
+    cache.update(first, LLM_A, [Generation(text="2")])
+    assert cache.lookup(first, LLM_A) is None
+    cache.update(first, LLM_A, [Generation(text="2")])
+    # Confident now: a paraphrase of the slot value is served the stored answer...
+    served = cache.lookup(_chat_prompt("Tommie", "The road is very noisy at night"), LLM_A)
+    assert _text(served) == "2"
+    assert cache.last_info is not None and cache.last_info.similarity is not None
+    assert cache.last_info.similarity.cosine < 0.999
+    # ...but never to another agent, however close its memory.
+    assert cache.lookup(_chat_prompt("Eve", "The road is noisy at night"), LLM_A) is None
+    stats = cache.stats()
+    assert stats.unrecognised == 1
+    cache.close()
+
+
+def test_a_different_llm_string_never_hits(lc_cache: LLMCache) -> None:
+    prompt = _chat_prompt("Tommie", "Tommie is hungry")
+    lc_cache.lookup(prompt, LLM_A)
+    lc_cache.update(prompt, LLM_A, [Generation(text="5")])
+    assert _text(lc_cache.lookup(prompt, LLM_A)) == "5"
+    assert lc_cache.last_info is not None
+    served_from = lc_cache.last_info.partition_key
+    assert lc_cache.lookup(prompt, LLM_B) is None
+    assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "miss"
+    assert lc_cache.last_info.partition_key != served_from
+
+
+def test_clear_removes_every_answer(lc_cache: LLMCache) -> None:
+    prompt = _chat_prompt("Tommie", "Tommie tries to get some rest")
+    lc_cache.update(prompt, LLM_A, [Generation(text="1")])  # an update without a lookup
+    assert _text(lc_cache.lookup(prompt, LLM_A)) == "1"
+    lc_cache.clear()
+    assert lc_cache.lookup(prompt, LLM_A) is None
+    assert lc_cache.cache.partitions() == [] or all(
+        not lc_cache.cache.entries(p.key) for p in lc_cache.cache.partitions()
+    )
+
+
+def test_what_the_learner_passes_through_is_counted_and_never_stored(lc_cache: LLMCache) -> None:
+    prompt = dumps([HumanMessage(content="Tell me a joke about cats.")])
+    for _ in range(2):
+        assert lc_cache.lookup(prompt, LLM_A) is None
+        lc_cache.update(prompt, LLM_A, [Generation(text="no")])
+    # Several messages, or a system message after the user's, are never one template's prompt.
+    turns = dumps([HumanMessage(content="hi"), AIMessage(content="yo"), HumanMessage(content="x")])
+    assert lc_cache.lookup(turns, LLM_A) is None
+    assert lc_cache.stats().unrecognised == 3
+    assert lc_cache.cache.partitions() == []
+
+
+def test_a_system_message_reaches_the_learner(tmp_path: Path) -> None:
+    seen: list[tuple[str, str | None, str]] = []
+
+    class Recording(StandInLearner):
+        def options(
+            self, prompt: str, system: str | None = None, default_agent: str = ""
+        ) -> CacheOptions | None:
+            seen.append((prompt, system, default_agent))
+            return super().options(prompt, system, default_agent)
+
+    cache = LLMCache(
+        SemanticCache(tmp_path / "c", embedder=HashEmbedder()),
+        learner=Recording(confident_after=1),
+        default_agent="Tommie",
+    )
+    user = RATE.format(agent="Tommie", memory="a dog")
+    cache.lookup(dumps([SystemMessage(content="Be brief."), HumanMessage(content=user)]), LLM_A)
+    assert seen == [(user, "Be brief.", "Tommie")]
+    cache.close()
+
+
+class CountingChatModel(BaseChatModel):
+    """A TEST DOUBLE chat model: answers "7" and counts the calls that reach it."""
+
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "counting-double"
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        self.calls += 1
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="7"))])
+
+
+def test_set_llm_cache_answers_a_chat_models_repeated_prompt(lc_cache: LLMCache) -> None:
+    model = CountingChatModel()
+    set_llm_cache(lc_cache)
+    try:
+        question = RATE.format(agent="Tommie", memory="Tommie remembers his dog, Bruno")
+        first = model.invoke(question)
+        second = model.invoke(question)
+        # The same model at another temperature is another table.
+        other = model.bind(temperature=0.2).invoke(question)
+    finally:
+        set_llm_cache(None)
+    assert first.content == second.content == other.content == "7"
+    assert model.calls == 2
+    assert lc_cache.stats().total.hits == 1
+
+
+def test_a_text_models_prompt_is_cached_as_a_generation(
+    lc_cache: LLMCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answered: list[Any] = []
+    lookup = lc_cache.lookup
+
+    def recording(prompt: str, llm_string: str) -> Any:
+        answered.append(lookup(prompt, llm_string))
+        return answered[-1]
+
+    monkeypatch.setattr(lc_cache, "lookup", recording)
+    model = FakeListLLM(responses=["6", "9"])
+    set_llm_cache(lc_cache)
+    try:
+        question = RATE.format(agent="Eve", memory="Eve sees a cat")
+        answers = [model.invoke(question), model.invoke(question)]
+    finally:
+        set_llm_cache(None)
+    assert answers == ["6", "6"]  # the second never reached the model (it would say 9)
+    assert answered[0] is None
+    assert type(answered[1][0]) is Generation  # a text model's, not a chat model's
+
+
+def test_the_async_twins_share_the_tables(lc_cache: LLMCache) -> None:
+    model = CountingChatModel()
+    set_llm_cache(lc_cache)
+    try:
+        question = RATE.format(agent="Tommie", memory="Tommie sees the new neighbors' cat")
+
+        async def twice() -> list[Any]:
+            return [await model.ainvoke(question), await model.ainvoke(question)]
+
+        answers = asyncio.run(twice())
+    finally:
+        set_llm_cache(None)
+    assert [a.content for a in answers] == ["7", "7"]
+    assert model.calls == 1
+
+
+def test_a_lookup_left_without_its_update_is_closed_not_kept(
+    lc_cache: LLMCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import llmcache._langchain as module
+
+    monkeypatch.setattr(module, "_PENDING_LIMIT", 2)
+    prompts = [_chat_prompt("Tommie", f"memory number {i}") for i in range(4)]
+    for prompt in prompts:
+        assert lc_cache.lookup(prompt, LLM_A) is None
+    # The two oldest were abandoned (a failed model call sends no update): an update for one
+    # of them is then stored as collected, never matched with a stale call.
+    lc_cache.update(prompts[0], LLM_A, [Generation(text="8")])
+    assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "collect"
+    lc_cache.update(prompts[3], LLM_A, [Generation(text="8")])
+    assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "miss"
