@@ -125,3 +125,14 @@ def test_doctest_examples_in_docstrings_become_code_blocks() -> None:
         ":mod:`llmcache.storage`."
     )
     assert docstrings._ROLE.sub(r"`\1`", fenced).endswith("After `llmcache.storage`.")
+
+
+def test_the_readme_reads_in_five_minutes() -> None:
+    # Issue 57: at most about 150 lines, leading with what it is, the two commands and code;
+    # everything else lives on the site's pages, which it links.
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 160
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert headings[:3] == ["Two commands", "Ten lines", "What you get on real traffic"]
+    for page in ("get-started", "adopt", "replay-and-tune", "guards", "postgres", "proxy", "study"):
+        assert f"](docs/{page}.md" in text, page
