@@ -41,8 +41,9 @@ answers per 100 served, beside the distinct true answers of the same queries.
 
 Costs are measured tokens at the study's LLM price (:func:`~._cost.study_price_table`); the
 baseline is the same queries without a cache. Exploration, twins and variety draws are seeded
-(the profile's seed), so a rerun draws the same -- as long as every live answer is the same,
-which a sampling LLM need not give.
+(the profile's seed), and so is every live answer: the second answers by the query, the
+revisions by the study's client (:class:`~._seeding.SeededClient`), so a rerun on a server
+that honours a request's ``seed`` draws the same.
 """
 
 from __future__ import annotations

@@ -103,6 +103,7 @@ def _replay(
     embedder: Any,
     max_attempts: int,
     prices: PriceTable,
+    seed: int,
     progress: Callable[[int], None] | None,
 ) -> dict[str, ReplayCost]:
     out = {"none": ReplayCost(spent_usd=sum(q.cost_usd for q in queries), calls=len(queries))}
@@ -111,7 +112,10 @@ def _replay(
             cache = SemanticCache(
                 tmp,
                 embedder=embedder,
-                config=cache_config(mode=Mode.COLLECT, embed=EmbedMode(mode), max_attempts=1),
+                # Seeded: serve mode draws among the answers of one prompt (variety).
+                config=cache_config(
+                    mode=Mode.COLLECT, embed=EmbedMode(mode), max_attempts=1
+                ).updated(explore_seed=seed),
                 prices=prices,
             )
             builder = CachedLLM(ReplayClient(table_run), cache=cache)
@@ -152,6 +156,7 @@ def cost_study(
     model: str,
     max_attempts: int,
     sim_days: float,
+    seed: int,
     progress: Callable[[int], None] | None = None,
 ) -> CostResult:
     table, qs = _cost_prompts(table_run, queries, store)
@@ -165,6 +170,7 @@ def cost_study(
         max_attempts=max_attempts,
         # Whatever model answers the replay is priced as the study's LLM.
         prices=study_price_table(),
+        seed=seed,
         progress=progress,
     )
     return CostResult(

@@ -47,6 +47,7 @@ from ._results import (
 )
 from ._retrieval import observed_actors, saturation, similarity_distribution
 from ._score_judge import ScoreJudge
+from ._seeding import SeededClient
 
 __all__ = ["EXPERIMENTS", "JUDGE_PROTOCOLS", "Study", "reproduce"]
 
@@ -250,28 +251,33 @@ class Study:
         summaries = [dataset_paths(self.data, n)[1] for n in self.table_runs]
         return observed_actors(sat, summaries)
 
-    def _llm_judge(self, model: str, *, shuffles: int, name: str | None = None) -> Judge:
+    def _seeded(self, client: Any, step: str) -> SeededClient:
+        """``client``, every request of ``step`` sent with a sampling seed drawn from the
+        profile's seed: the same commit's later steps give the same answers on a server that
+        honours seeds. Per step, so a step's seeds do not depend on which others ran before."""
+        return SeededClient(client, f"{self.profile.seed}:{step}")
+
+    def _llm_judge(self, model: str, step: str, *, shuffles: int, name: str | None = None) -> Judge:
+        client = self._seeded(self.judge_client, f"{step}:judge")
         if self.judge_protocol == "pairwise":
-            return PairwiseJudge(self.judge_client, model=model, seed=self.profile.seed, name=name)
+            return PairwiseJudge(client, model=model, seed=self.profile.seed, name=name)
         if self.judge_protocol == "score":
-            return ScoreJudge(self.judge_client, model=model, name=name)
+            return ScoreJudge(client, model=model, name=name)
         if self.judge_protocol == "answer-first":
-            return AnswerFirstJudge(self.judge_client, self.embedder, model=model, name=name)
+            return AnswerFirstJudge(client, self.embedder, model=model, name=name)
         if self.judge_protocol != "rank":
             raise ValueError(f"unknown judge protocol {self.judge_protocol!r}: {JUDGE_PROTOCOLS}")
-        return LLMJudge(
-            self.judge_client, model=model, shuffles=shuffles, seed=self.profile.seed, name=name
-        )
+        return LLMJudge(client, model=model, shuffles=shuffles, seed=self.profile.seed, name=name)
 
-    def _judges(self) -> list[Judge]:
+    def _judges(self, step: str) -> list[Judge]:
         return [
             ReferenceJudge(self.embedder),
-            self._llm_judge(self.judge_model, shuffles=self.profile.judge_shuffles),
+            self._llm_judge(self.judge_model, step, shuffles=self.profile.judge_shuffles),
         ]
 
-    def _adapter(self) -> Adapter:
+    def _adapter(self, step: str) -> Adapter:
         return Adapter(
-            client=self.conn.client,
+            client=self._seeded(self.conn.client, step),
             model=self.conn.backend.model,
             embedder=self.embedder,
             revise_budget=self.profile.revise_budget,
@@ -289,13 +295,13 @@ class Study:
     def _correlation(self) -> CorrelationResult:
         bar, tick = self._judge_progress("correlation: judging")
         try:
-            adapter = self._adapter()
+            adapter = self._adapter("correlation")
             return correlation(
                 self.run(1),
                 self.run(2),
                 self.store,
                 adapter,
-                self._judges(),
+                self._judges("correlation"),
                 per_group=self.profile.correlation_queries,
                 llm_judge_queries=self.profile.llm_judge_queries,
                 seed=self.profile.seed,
@@ -307,13 +313,13 @@ class Study:
     def _compare(self) -> CompareResult:
         bar, tick = self._judge_progress("compare: judging")
         try:
-            adapter = self._adapter()
+            adapter = self._adapter("compare")
             return compare(
                 self.run(self.profile.runs),
                 self.run(1),
                 self.store,
                 adapter,
-                self._judges(),
+                self._judges("compare"),
                 per_group=self.profile.compare_queries,
                 llm_judge_queries=self.profile.llm_judge_queries,
                 seed=self.profile.seed,
@@ -330,10 +336,11 @@ class Study:
                 self.run(1),
                 held_out,
                 self.store,
-                client=self.conn.client,
+                client=self._seeded(self.conn.client, "cost"),
                 model=self.conn.backend.model,
                 max_attempts=self.profile.max_attempts,
                 sim_days=self.profile.days,
+                seed=self.profile.seed,
                 progress=bar.update,
             )
         finally:
@@ -344,7 +351,7 @@ class Study:
         pairwise = self.pairwise_model
         bar = self._bar(len(held_out), "quality: serving the held-out run")
         try:
-            adapter = self._adapter()
+            adapter = self._adapter("quality")
             return quality(
                 self.run(1),
                 held_out,
@@ -352,7 +359,7 @@ class Study:
                 self.store,
                 adapter,
                 # Cached vs true, each pair in both orders: disagreement is a tie.
-                self._llm_judge(pairwise, shuffles=2, name=f"pairwise ({pairwise})"),
+                self._llm_judge(pairwise, "quality", shuffles=2, name=f"pairwise ({pairwise})"),
                 llm_judge_queries=self.profile.llm_judge_queries,
                 seed=self.profile.seed,
                 progress=bar.update,
@@ -373,7 +380,8 @@ class Study:
                 held_out,
                 texts=texts,
                 embedder=self.store.embedder,
-                client=self.conn.client,
+                # Its second answers carry seeds of their own; its revisions get the step's.
+                client=self._seeded(self.conn.client, "budget"),
                 model=self.conn.backend.model,
                 budgets=self.profile.budgets,
                 revise_budget=self.profile.revise_budget,

@@ -241,10 +241,10 @@ def test_the_study_asks_with_the_protocol_it_is_told(
     study = Study(QUICK, tmp_path, embedder=HashEmbedder(), judge=endpoint, judge_protocol=protocol)
     wrong = Study(QUICK, tmp_path, embedder=HashEmbedder(), judge=endpoint, judge_protocol="vote")
     try:
-        judges = study._judges()
+        judges = study._judges("compare")
         assert isinstance(judges[1], kind) and judges[1].model == "judge-x"
         with pytest.raises(ValueError, match="unknown judge protocol"):
-            wrong._judges()
+            wrong._judges("compare")
     finally:
         study.close()
         wrong.close()

@@ -206,8 +206,8 @@ def test_the_study_asks_pairwise_only_when_told(tmp_path: Any) -> None:
         QUICK, tmp_path, embedder=HashEmbedder(), judge=endpoint, judge_protocol="pairwise"
     )
     try:
-        assert [type(j) for j in default._judges()][1] is LLMJudge
-        judges = pairwise._judges()
+        assert [type(j) for j in default._judges("compare")][1] is LLMJudge
+        judges = pairwise._judges("compare")
         assert isinstance(judges[1], PairwiseJudge) and judges[1].model == "judge-x"
     finally:
         default.close()

@@ -239,6 +239,7 @@ def test_the_cost_replay_asks_the_model_only_for_revisions(study_dir: Path) -> N
         embedder=HashEmbedder(),
         max_attempts=2,
         prices=study_price_table(),
+        seed=0,
         progress=None,
     )
     recorded = {messages_key(q.messages) for q in held_out}
