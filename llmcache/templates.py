@@ -1,12 +1,15 @@
-"""Prompt templates recognised from the text a call sends.
+"""Prompt templates recognised from the text a call sends, declared or learned.
 
 ``CachedLLM(OpenAI(), templates="prompts/")`` files every call made without ``cache=`` under
 the template its prompt was filled from (see the README's "Adopting an existing code base").
 :class:`TemplateSet` is that recognition on its own; :class:`Recognition` what it finds.
+``CachedLLM(OpenAI(), learn_templates=True)`` learns the templates from the traffic instead:
+:class:`TemplateLearner` is that learning on its own; :class:`LearnedTemplate` what it learned.
 """
 
 from __future__ import annotations
 
+from ._learn import LearnedTemplate, TemplateLearner
 from ._recognise import Recognition, TemplateSet, load_templates
 
-__all__ = ["Recognition", "TemplateSet", "load_templates"]
+__all__ = ["LearnedTemplate", "Recognition", "TemplateLearner", "TemplateSet", "load_templates"]

@@ -1,0 +1,568 @@
+"""Prompt templates learned from the traffic: calls made without cache options, filed by the
+template their prompt was built from, with no declaration.
+
+Agent code that builds its prompts in code (an f-string, a framework's prompt class) sends
+prompts that are one fixed text with spans that vary. :class:`TemplateLearner` learns those
+templates online from the raw prompts, in bounded memory, and files a prompt under the
+template it fits, with its slot values by slot name, as a declared template's call is filed
+(``CacheOptions(category=, template=, slots=)``). What each slot is for is then learned by
+the cache's tables exactly as for declared templates (``llmcache/_slots.py``): a slot of few
+values, each recurring (the agent's name, its persona), says whose call it is and must match
+exactly, never embedded; a slot that keeps taking new values is the query, and is embedded.
+
+Why not a log parser. Online template mining is solved for log lines by the Drain family
+(``drain3`` on PyPI, last released in 2022). Drain first splits lines by their token count,
+then by their first tokens, and compares lines position by position: a template is a fixed
+number of tokens, each slot one token. A prompt's slot holds any number of words (an event,
+a memory, a persona block), so two prompts of one template rarely have one token count and
+never align position by position: Drain puts every prompt of such a template in a cluster of
+its own. So this module aligns with gaps instead:
+
+- a prompt is split into tokens (words, single punctuation marks, runs of white space), so
+  that its text is exactly their concatenation; a system text comes first, then a separator;
+- prompts are grouped by a cheap signature: the first and the last ``SIGNATURE_TOKENS``
+  non-space tokens of a template's fixed text (a template that begins with a slot is found by
+  its end, one that ends with a slot by its beginning; one that both begins and ends with a
+  slot is never learned and its calls pass through);
+- a prompt joins a template still being learned when a gap-tolerant alignment (the longest
+  matching blocks, in order: ``difflib.SequenceMatcher`` over tokens) keeps most of the
+  template's fixed text (``KEEP_SHARE`` of its words; a template seen once, whose "fixed"
+  text still holds its first slot values, needs ``SEED_SHARE`` of the shorter prompt's
+  words); the template is then generalised to the blocks both share, the rest become slots
+  of any length; a prompt that joins no template starts one;
+- a template is learned with confidence once ``CONFIDENT_CALLS`` prompts in a row joined it
+  without changing it. Only then are its calls filed; until then they pass through, counted.
+  A confident template is frozen: its text, slots and identity never change, so its tables
+  never move; a prompt that no longer fits it starts a template of its own.
+
+Safety. A frozen template files a prompt only when the prompt is exactly its fixed text with
+each slot replaced by a value (each literal run found in order, leftmost; the first at the
+start, the last at the end), so the values and the template give back the prompt itself. A
+prompt that fits two templates goes to the one with more fixed text; if they tie it passes
+through, never guessed. Agents are never crossed by the slot roles above: a learned
+template's calls name no agent (``default_agent`` aside), so its table is shared, and there
+every slot of fewer than 16 distinct values must match exactly (``llmcache/_slots.py``).
+A long block every template shares (a persona pasted into every prompt of an agent) can
+outweigh what tells two templates apart; such templates are told apart only when the texts
+that differ are more than the shared block allows (``KEEP_SHARE``).
+
+Memory is bounded: at most ``max_templates`` frozen templates and ``max_learning`` being
+learned (the least recently used evicted, each pool apart, so that a stream of one-off prompts
+never evicts a template in use), each holding only its fixed text (prompts over
+``max_prompt_chars`` pass through): at most ``(max_templates + max_learning) *
+max_prompt_chars`` characters of text. ``benchmarks/bench_learn.py`` measures it.
+
+A learned template can be exported as prompt files (:meth:`TemplateLearner.export`) that
+``TemplateSet.from_folder`` reads: pinned, they keep the same tables (a template's tables are
+keyed by its text). A prompt that begins or ends with white space is recognised by the
+learner, but a pinned file's prompt is matched stripped (as ``PromptTemplate.fill`` strips it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+import threading
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from ._errors import ConfigurationError
+from ._template import COMMENT_MARKER, PromptTemplate
+from ._types import CacheOptions, EmbedMode
+
+__all__ = ["LearnedTemplate", "TemplateLearner"]
+
+logger = logging.getLogger("llmcache")
+
+_TOKEN = re.compile(r"\w+|[^\w\s]|\s+")
+_WORD = re.compile(r"\w")
+_NAMED = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_POSITIONAL = re.compile(r"!<INPUT (\d+)>!")
+# Between a system text and the user text: never inside a prompt (a NUL character).
+_SEP = "\x00"
+
+#: Non-space tokens of a template's beginning (and end) it is found by.
+SIGNATURE_TOKENS = 2
+#: A template learned from more than one prompt keeps at least this share of its fixed words
+#: when a prompt joins it (what it loses were words that happened to recur in a slot).
+KEEP_SHARE = 0.8
+#: A prompt joins a template only when the words they share are at least this share of the
+#: prompt's words (and of the first prompt's, for a template seen once): so two templates are
+#: taken for one only when a block they share is most of both their prompts.
+SHARE = 0.5
+#: Prompts in a row that joined a template without changing it before its calls are filed.
+CONFIDENT_CALLS = 8
+#: Templates seen once that a prompt no signature leads to is compared with, newest first: a
+#: template that begins and ends with a slot is found by its second prompt this way.
+RECENT_SEEDS = 16
+#: A template with more slots than this is not a template (prompts that share little).
+MAX_SLOTS = 24
+#: At least this many fixed words make a template.
+MIN_WORDS = 3
+#: How much of a template's fixed text the stats show.
+SHOWN_CHARS = 80
+
+
+class LearnedTemplate(BaseModel):
+    """A template the learner is sure of: its name (the tables' category), identity, fixed
+    text with its slots, and how many calls it filed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    digest: str
+    text: str
+    system: str | None = None
+    slots: tuple[str, ...]
+    calls: int
+
+    def shown(self, chars: int = SHOWN_CHARS) -> str:
+        """The fixed text on one line, shortened to ``chars``."""
+        text = " ".join(self.text.split())
+        return text if len(text) <= chars else text[: chars - 1] + "\u2026"
+
+
+_GAP = object()
+_Element = object  # a token (str) or _GAP
+
+
+def _tokens(prompt: str, system: str | None) -> list[str]:
+    tokens = [*_TOKEN.findall(system), _SEP] if system is not None else []
+    return tokens + _TOKEN.findall(prompt)
+
+
+def _words(elements: list[_Element] | list[str]) -> int:
+    return sum(1 for e in elements if isinstance(e, str) and _WORD.search(e))
+
+
+def _bag(elements: list[_Element] | list[str]) -> Counter[str]:
+    return Counter(e for e in elements if isinstance(e, str) and _WORD.search(e))
+
+
+def _keys(elements: list[_Element]) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """The signature a template is found by: its first and last non-space tokens, where its
+    text begins (ends) with fixed text."""
+    head: list[str] = []
+    for e in elements:
+        if not isinstance(e, str):
+            break
+        if not e.isspace():
+            head.append(e)
+            if len(head) == SIGNATURE_TOKENS:
+                break
+    tail: list[str] = []
+    for e in reversed(elements):
+        if not isinstance(e, str):
+            break
+        if not e.isspace():
+            tail.append(e)
+            if len(tail) == SIGNATURE_TOKENS:
+                break
+    return (tuple(head) or None), (tuple(reversed(tail)) or None)
+
+
+def _signatures(tokens: list[str]) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """The keys a prompt's templates may be indexed by: its first 1..K and last 1..K
+    non-space tokens (a template's fixed beginning may be shorter than K)."""
+    words = [t for t in tokens if not t.isspace()]
+    heads = [tuple(words[:k]) for k in range(1, min(SIGNATURE_TOKENS, len(words)) + 1)]
+    tails = [tuple(words[-k:]) for k in range(1, min(SIGNATURE_TOKENS, len(words)) + 1)]
+    return heads, tails
+
+
+def _merge(template: list[_Element], tokens: list[str]) -> tuple[list[_Element], int]:
+    """The template both share (their matching blocks in order, gaps elsewhere) and the fixed
+    words it keeps. A block of white space alone is not kept: it would split a slot of several
+    words at a space that happened to match. (A full stop or colon is kept: it may be all that
+    stands between two slots, and one that matched by chance goes at the next prompt.)"""
+    matcher = difflib.SequenceMatcher(None, template, tokens, autojunk=False)
+    merged: list[_Element] = []
+    at_t = at_p = 0
+    kept = 0
+    for i, j, n in matcher.get_matching_blocks():
+        block = template[i : i + n]
+        if n and all(isinstance(e, str) and e.isspace() for e in block):
+            continue
+        if (i > at_t or j > at_p) and (not merged or merged[-1] is not _GAP):
+            merged.append(_GAP)
+        if n:
+            merged.extend(block)
+            kept += _words(block)
+            at_t, at_p = i + n, j + n
+    return merged, kept
+
+
+def _runs(elements: list[_Element]) -> tuple[list[str], bool, bool]:
+    """A template as its literal runs (texts), and whether it begins and ends with a slot."""
+    runs: list[str] = []
+    current: list[str] = []
+    for e in elements:
+        if isinstance(e, str):
+            current.append(e)
+        else:
+            runs.append("".join(current))
+            current = []
+    runs.append("".join(current))
+    lead, trail = runs[0] == "", runs[-1] == ""
+    return [r for r in runs if r], lead, trail
+
+
+@dataclass
+class _Template:
+    elements: list[_Element]
+    #: Its fixed words, counted: a prompt sharing too few of them is not aligned at all.
+    bag: Counter[str] = field(default_factory=Counter)
+    calls: int = 1
+    stable: int = 0
+    frozen: _Frozen | None = None
+    keys: tuple[tuple[str, ...] | None, tuple[str, ...] | None] = (None, None)
+
+
+@dataclass
+class _Frozen:
+    template: PromptTemplate
+    runs: list[str]
+    lead: bool
+    trail: bool
+    fixed_chars: int
+    names: tuple[str, ...]
+    filed: int = 0
+
+    def parse(self, text: str) -> dict[str, str] | None:
+        """The slot values that fill this template to exactly ``text`` (the leftmost fit), or
+        ``None`` when it does not fit."""
+        runs, pos, values = self.runs, 0, []
+        for k, run in enumerate(runs):
+            first, last = k == 0, k == len(runs) - 1
+            if first and not self.lead:
+                if not text.startswith(run):
+                    return None
+                pos = len(run)
+                continue
+            if last and not self.trail:
+                end = len(text) - len(run)
+                if end < pos or not text.endswith(run):
+                    return None
+                values.append(text[pos:end])
+                pos = len(text)
+                continue
+            found = text.find(run, pos)
+            if found < 0:
+                return None
+            values.append(text[pos:found])
+            pos = found + len(run)
+        if self.trail:
+            values.append(text[pos:])
+        elif pos != len(text):
+            return None
+        if len(values) != len(self.names):
+            return None
+        return dict(zip(self.names, values, strict=True))
+
+
+class TemplateLearner:
+    """Learns prompt templates from the prompts it is shown, and files each prompt under its
+    template once that is learned with confidence (see the module documentation).
+
+    ``options(prompt, system, default_agent)`` learns from one call's prompt and returns the
+    :class:`~llmcache.CacheOptions` to file it under, or ``None``: pass it through. Safe to
+    share between threads. ``max_templates`` bounds the frozen templates, ``max_learning`` those
+    being learned, ``max_prompt_chars`` the prompts learned from.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_templates: int = 1000,
+        max_learning: int = 1000,
+        max_prompt_chars: int = 16_000,
+        confident_calls: int = CONFIDENT_CALLS,
+    ) -> None:
+        if min(max_templates, max_learning, max_prompt_chars, confident_calls) < 1:
+            raise ConfigurationError("a TemplateLearner's bounds must be at least 1")
+        self.max_templates = max_templates
+        self.max_learning = max_learning
+        self.max_prompt_chars = max_prompt_chars
+        self.confident_calls = confident_calls
+        self._lock = threading.Lock()
+        self._frozen: OrderedDict[int, _Template] = OrderedDict()
+        self._learning: OrderedDict[int, _Template] = OrderedDict()
+        self._heads: dict[tuple[str, ...], set[int]] = {}
+        self._tails: dict[tuple[str, ...], set[int]] = {}
+        self._others: set[int] = set()
+        self._seeds: deque[int] = deque(maxlen=RECENT_SEEDS)
+        self._next = 0
+        #: Calls passed through while their template was being learned (or fitting none).
+        self.passed = 0
+        #: Calls passed through because they fit two templates equally.
+        self.ambiguous = 0
+        self.evicted = 0
+
+    # -- the public surface --------------------------------------------------------------------
+
+    def options(
+        self, prompt: str, system: str | None = None, default_agent: str = ""
+    ) -> CacheOptions | None:
+        """Learn from this prompt (the user message's text; ``system``: the system message's)
+        and return the options to file the call under, or ``None`` to pass it through (its
+        template is still being learned, or it fits none or two)."""
+        return self._file(prompt, system, default_agent, learn=True)
+
+    def recognise(
+        self, prompt: str, system: str | None = None, default_agent: str = ""
+    ) -> CacheOptions | None:
+        """The options of a prompt that fits a learned template, learning nothing."""
+        return self._file(prompt, system, default_agent, learn=False)
+
+    def templates(self) -> list[LearnedTemplate]:
+        """The templates learned with confidence, most recently used first."""
+        with self._lock:
+            frozen = [t.frozen for t in reversed(self._frozen.values()) if t.frozen is not None]
+            return [
+                LearnedTemplate(
+                    name=f.template.name,
+                    digest=f.template.digest,
+                    text=f.template.prompt,
+                    system=f.template.system,
+                    slots=f.names,
+                    calls=f.filed,
+                )
+                for f in frozen
+            ]
+
+    def __len__(self) -> int:
+        """Templates held: learned and being learned."""
+        return len(self._frozen) + len(self._learning)
+
+    def export(self, folder: str | os.PathLike[str]) -> list[Path]:
+        """Write each learned template as a prompt file ``<name>.txt`` in ``folder`` (made if
+        missing): ``TemplateSet.from_folder(folder)`` recognises the same prompts and files
+        them under the same tables. A template with a system text is skipped (a prompt file
+        holds the user text only), logged. Returns the files written."""
+        root = Path(folder)
+        root.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            frozen = [t.frozen for t in self._frozen.values() if t.frozen is not None]
+        written = []
+        for f in frozen:
+            if f.template.system is not None:
+                logger.info("template %s has a system text: not exported", f.template.name)
+                continue
+            notes = (
+                f"Learned by llmcache from the traffic ({f.filed} calls filed).\n"
+                f"Slots: {', '.join(f.names) or 'none'}.\n"
+            )
+            path = root / f"{f.template.name}.txt"
+            path.write_text(f"{notes}{COMMENT_MARKER}\n{f.template.prompt}", encoding="utf-8")
+            written.append(path)
+        return written
+
+    # -- filing --------------------------------------------------------------------------------
+
+    def _file(
+        self, prompt: str, system: str | None, agent: str, *, learn: bool
+    ) -> CacheOptions | None:
+        if len(prompt) + len(system or "") > self.max_prompt_chars or _SEP in f"{prompt}{system}":
+            with self._lock:
+                self.passed += learn
+            return None
+        tokens = _tokens(prompt, system)
+        heads, tails = _signatures(tokens)
+        with self._lock:
+            candidates = self._candidates(heads, tails)
+            found = self._fit(candidates, prompt, system)
+            if found is None:
+                if learn:
+                    self.passed += 1
+                    self._learn(candidates, tokens)
+                return None
+            if isinstance(found, bool):
+                self.ambiguous += learn
+                self.passed += learn
+                return None
+            key, values = found
+            self._frozen.move_to_end(key)
+            frozen = self._frozen[key].frozen
+            assert frozen is not None
+            frozen.filed += learn
+            template = frozen.template
+        return _options(template, values, agent)
+
+    def _candidates(self, heads: list[tuple[str, ...]], tails: list[tuple[str, ...]]) -> list[int]:
+        found: set[int] = set(self._others)
+        for key in heads:
+            found.update(self._heads.get(key, ()))
+        for key in tails:
+            found.update(self._tails.get(key, ()))
+        return sorted(found)
+
+    def _fit(
+        self, candidates: list[int], prompt: str, system: str | None
+    ) -> tuple[int, dict[str, str]] | bool | None:
+        """The frozen template this prompt fits best, with its values; ``None`` when it fits
+        none, ``False`` when it fits two equally."""
+        text = f"{system}{_SEP}{prompt}" if system is not None else prompt
+        best: list[tuple[int, int, dict[str, str]]] = []
+        for key in candidates:
+            template = self._frozen.get(key)
+            if template is None or template.frozen is None:
+                continue
+            frozen = template.frozen
+            if (frozen.template.system is not None) != (system is not None):
+                continue
+            values = frozen.parse(text)
+            if values is not None:
+                best.append((frozen.fixed_chars, key, values))
+        if not best:
+            return None
+        best.sort(key=lambda b: -b[0])
+        if len(best) > 1 and best[0][0] == best[1][0]:
+            return False
+        return best[0][1], best[0][2]
+
+    # -- learning ------------------------------------------------------------------------------
+
+    def _learn(self, candidates: list[int], tokens: list[str]) -> None:
+        bag = _bag(tokens)
+        words = bag.total()
+        best: tuple[int, int, list[_Element]] | None = None
+        for key in dict.fromkeys([*candidates, *reversed(self._seeds)]):
+            template = self._learning.get(key)
+            if template is None:
+                continue
+            fixed = template.bag.total()
+            # A template without a slot has seen one prompt (perhaps again and again): its
+            # words are that prompt's, slot values included.
+            seed = _GAP not in template.elements
+            need = SHARE * max(fixed, words) if seed else KEEP_SHARE * fixed
+            need = max(need, SHARE * words)
+            # The words both hold bound what an alignment can keep: most candidates end here.
+            if (bag & template.bag).total() < max(need, MIN_WORDS):
+                continue
+            merged, kept = _merge(template.elements, tokens)
+            slots = sum(1 for e in merged if e is _GAP)
+            if kept < max(need, MIN_WORDS) or slots > MAX_SLOTS:
+                continue
+            if (_SEP in tokens) != (_SEP in merged):
+                continue  # a system text's slot would run into the user text
+            if best is None or kept > best[1]:
+                best = (key, kept, merged)
+        if best is None:
+            self._seeds.append(self._add(_Template(list(tokens), bag)))
+            return
+        key, _, merged = best
+        template = self._learning[key]
+        self._learning.move_to_end(key)
+        template.calls += 1
+        if merged == template.elements:
+            template.stable += 1
+        else:
+            self._unindex(key, template)
+            template.elements = merged
+            template.bag = _bag(merged)
+            template.stable = 0
+            self._index(key, template)
+        if template.stable >= self.confident_calls:
+            self._freeze(key, template)
+
+    def _add(self, template: _Template) -> int:
+        key = self._next
+        self._next += 1
+        self._learning[key] = template
+        self._index(key, template)
+        while len(self._learning) > self.max_learning:
+            old, gone = self._learning.popitem(last=False)
+            self._unindex(old, gone)
+            self.evicted += 1
+        return key
+
+    def _freeze(self, key: int, template: _Template) -> None:
+        frozen = _frozen(template.elements, name_of=self._name)
+        del self._learning[key]
+        digests = {t.frozen.template.digest for t in self._frozen.values() if t.frozen}
+        if frozen is None or frozen.template.digest in digests:
+            # Its fixed text would read as slots in a prompt file (its calls keep passing), or
+            # the template is learned already: two equal templates would tie on every prompt.
+            self._unindex(key, template)
+            return
+        template.frozen = frozen
+        self._frozen[key] = template
+        while len(self._frozen) > self.max_templates:
+            old, gone = self._frozen.popitem(last=False)
+            self._unindex(old, gone)
+            self.evicted += 1
+
+    @staticmethod
+    def _name(digest: str) -> str:
+        return f"learned_{digest[:10]}"
+
+    def _index(self, key: int, template: _Template) -> None:
+        head, tail = template.keys = _keys(template.elements)
+        if head is not None:
+            self._heads.setdefault(head, set()).add(key)
+        if tail is not None:
+            self._tails.setdefault(tail, set()).add(key)
+        if head is None and tail is None:
+            self._others.add(key)
+
+    def _unindex(self, key: int, template: _Template) -> None:
+        head, tail = template.keys
+        for index, sig in ((self._heads, head), (self._tails, tail)):
+            if sig is not None and sig in index:
+                index[sig].discard(key)
+                if not index[sig]:
+                    del index[sig]
+        self._others.discard(key)
+
+
+def _frozen(elements: list[_Element], *, name_of: Callable[[str], str]) -> _Frozen | None:
+    """A learned template's frozen form: its :class:`PromptTemplate` (named slots, or Park's
+    positional ones where the fixed text holds ``{name}``), runs to parse prompts by."""
+    runs, lead, trail = _runs(elements)
+    fixed = "".join(runs)
+    if _NAMED.search(fixed) and _POSITIONAL.search(fixed):
+        return None
+    positional = bool(_NAMED.search(fixed))
+    slots = sum(1 for e in elements if e is _GAP)
+    names = tuple(str(i) if positional else f"slot_{i + 1}" for i in range(slots))
+    # The text with each gap a slot; a system text is what comes before the separator.
+    parts: list[str] = []
+    gap = 0
+    for e in elements:
+        if isinstance(e, str):
+            parts.append(e)
+        else:
+            parts.append(f"!<INPUT {names[gap]}>!" if positional else "{" + names[gap] + "}")
+            gap += 1
+    text = "".join(parts)
+    system: str | None = None
+    if _SEP in text:
+        system, _, text = text.partition(_SEP)
+    if not text.strip():
+        return None
+    try:
+        probe = PromptTemplate(name="learned", text=text, system=system)
+    except ValueError:
+        return None
+    template = probe.model_copy(update={"name": name_of(probe.digest)})
+    return _Frozen(template, runs, lead, trail, len(fixed), names)
+
+
+def _options(template: PromptTemplate, values: dict[str, str], agent: str) -> CacheOptions:
+    """A learned template's call, filed as a recognised declared template's is."""
+    options = CacheOptions(
+        category=template.name,
+        agent=agent,
+        template=template.digest,
+        slots=values,
+    )
+    if not any(v.strip() for v in values.values()):
+        # No slot (or only blank ones): the whole, fixed prompt is what it is found by.
+        options = options.model_copy(update={"embed": EmbedMode.FULL})
+    return options
