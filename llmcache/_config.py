@@ -57,8 +57,8 @@ class CategoryPolicy(BaseModel):
     and storage but still validates, retries and records the call (dialogue categories in the
     thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``pool_evidence``,
     ``twin_rate``, ``variety``, ``verifier``, ``verify_band``, ``verify_path``,
-    ``detect_exact``, ``exact_times``, ``opposites_gate`` and ``guard``: see
-    :class:`CacheConfig`. ``validator`` and ``fallback`` are the category's defaults for
+    ``detect_exact``, ``exact_times``, ``opposites_gate``, ``serve_identical`` and ``guard``:
+    see :class:`CacheConfig`. ``validator`` and ``fallback`` are the category's defaults for
     :class:`~llmcache.CacheOptions`' own (a call's win).
     """
 
@@ -89,6 +89,7 @@ class CategoryPolicy(BaseModel):
     detect_exact: bool | None = None
     opposites_gate: bool | None = None
     exact_times: bool | None = None
+    serve_identical: bool | None = None
 
 
 class CacheConfig(BaseModel):
@@ -166,6 +167,12 @@ class CacheConfig(BaseModel):
     its :class:`~llmcache.CallInfo` names the pair of words. It applies in every mode and is
     not sent to a ``verifier``: the texts themselves say the answer does not carry over.
     ``False`` turns it off (categories may set their own).
+
+    ``serve_identical``: under a guard (``wrong_hit_budget``), an answer stored for the very
+    same prompt of the same table is served without a threshold, exploration or audit: it is
+    the model's own answer to that prompt, acceptable as often as asking again would be, so
+    its expected excess is 0 by construction (docs/promise.md). ``False`` makes such repeats
+    earn their place like any other candidate (categories may set their own).
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -199,6 +206,7 @@ class CacheConfig(BaseModel):
     detect_exact: bool = True
     exact_times: bool = True
     opposites_gate: bool = True
+    serve_identical: bool = True
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> CacheConfig:
@@ -332,6 +340,7 @@ class CacheConfig(BaseModel):
             detect_exact=_first(policy.detect_exact, self.detect_exact),
             opposites_gate=_first(policy.opposites_gate, self.opposites_gate),
             exact_times=_first(policy.exact_times, self.exact_times),
+            serve_identical=_first(policy.serve_identical, self.serve_identical),
         )
 
 
@@ -389,3 +398,4 @@ class ResolvedPolicy(BaseModel):
     detect_exact: bool = True
     opposites_gate: bool = True
     exact_times: bool = True
+    serve_identical: bool = True

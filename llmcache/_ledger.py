@@ -335,6 +335,9 @@ class TableStats(BaseModel):
             store_failures=int(c.get("store_failures", 0)),
             record_failures=int(c.get("record_failures", 0)),
             evicted=int(c.get("evicted", 0)),
+    # Hits a guarded table served as an answer stored for the very same prompt (no threshold,
+    # exploration or audit: the model's own answer to it; docs/promise.md).
+    identical: int = 0
             expired=int(c.get("expired", 0)),
             attempts=int(c.get("attempts", 0)),
             escalations=int(c.get("escalations", 0)),
@@ -409,6 +412,7 @@ class CacheStats(BaseModel):
             total.similarity_hist = [
                 a + b for a, b in zip(total.similarity_hist, t.similarity_hist, strict=False)
             ]
+            identical=int(c.get("identical", 0)),
             if t.similarity_mean is not None:
                 means.append((t.lookups, t.similarity_mean))
         weight = sum(n for n, _ in means)
@@ -665,3 +669,5 @@ class Ledger:
         """Pending (unflushed) deltas, for debugging."""
         with self._lock:
             return {k: dict(v) for k, v in self._pending.items()}
+        if info.outcome == "hit" and info.identical:
+            delta["identical"] = 1

@@ -22,6 +22,7 @@ less the disagreement of every recorded pair (:func:`~llmcache._budget.excess_in
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
@@ -199,6 +200,7 @@ class CallResult(BaseModel):
     explored: bool = False
     audited: bool = False
     twin: bool = False
+    identical: bool = False  # served as an answer stored for this very prompt (a guard's)
     cosine: float | None = None
     # The threshold in force when the call was looked up (a guard moves it), and whether it
     # had closed the table; None when no candidate was looked at.
@@ -495,11 +497,17 @@ def replay(
     seed: int | None = 0,
     prices: PriceTable | None = None,
     keyword_slots: Mapping[str, Sequence[str]] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> ReplayReport:
     """Replay ``calls`` in order through a fresh cache (a temporary directory) configured by
     ``config`` (a :class:`~llmcache.CacheConfig` or a file; default: the defaults), the
     recording answering as the model (:class:`RecordedUpstream`, seeded by ``seed``, which
     also seeds the cache's explorations where ``config`` sets no ``explore_seed``).
+
+    ``cache_dir``: replay into this cache directory instead, created if absent and kept: a
+    cache that already holds earlier runs' answers and evidence (labels, pairs, the guards'
+    state) starts from them, as a live cache reopened for the next run does, and keeps what
+    this replay adds for the next one.
 
     Pass a :class:`~llmcache.embedders.StoredEmbedder` as ``embedder`` to embed each text once
     across replays (default: :func:`~llmcache.embedders.default_embedder`).
@@ -522,7 +530,12 @@ def replay(
     clock_now = [0.0]
     results: list[CallResult] = []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="llmcache-replay-") as where:
+    with contextlib.ExitStack() as stack:
+        where = (
+            os.fspath(cache_dir)
+            if cache_dir is not None
+            else stack.enter_context(tempfile.TemporaryDirectory(prefix="llmcache-replay-"))
+        )
         cache = SemanticCache(
             where, embedder=embedder, config=effective, prices=prices, clock=lambda: clock_now[0]
         )
@@ -552,6 +565,7 @@ def replay(
                         explored=info.explored,
                         audited=info.audited,
                         twin=info.twin,
+                        identical=info.identical,
                         cosine=info.similarity.cosine if info.similarity else None,
                         threshold=info.threshold,
                         closed=info.threshold is not None and closes(info.threshold),

@@ -154,6 +154,16 @@ class Serving:
         self.info.guard = self.policy.guard
         threshold = self._threshold()
         self.info.threshold = threshold
+        if budget is not None and self.policy.serve_identical:
+            identical = self._identical(candidates)
+            if identical:
+                # A stored answer to this very prompt, in this very table (same model and
+                # output parameters), is a fresh answer of the model to it: served, it is
+                # acceptable exactly as often as asking again would be, so its expected
+                # excess is 0 by construction and no guard needs evidence to serve it, nor
+                # pays to audit or explore it (docs/promise.md).
+                self.info.identical = True
+                return Ruling("serve", self._drawn(identical))
         if best.similarity.cosine >= threshold:
             if self._checked():
                 # Explored or audited: labels the nearest entry; variety is for what is served.
@@ -198,6 +208,25 @@ class Serving:
             return self.evidence.audit()
         return self.evidence.explore(budget, default=False, start=self.policy.threshold)
 
+    def _identical(self, candidates: list[Candidate]) -> list[Candidate]:
+        """The candidates stored for this very prompt (the same messages): the nearest first."""
+        best = candidates[0]
+        if best.entry.messages != self.messages:
+            return []
+        return [c for c in candidates if c.entry.messages == self.messages]
+
+    def _drawn(self, same: list[Candidate]) -> Candidate:
+        """One of the answers stored for one prompt: with variety drawn at random (as the
+        model would answer it again), else the nearest."""
+        best = same[0]
+        if not self.variety or len(same) < 2:
+            return best
+        chosen = self.cache.draw(same)
+        if chosen is not best and self.shape.answer_problem(chosen.entry) is not None:
+            return best  # damaged: the lookup evicts it when it is the nearest
+        self.info.choices = len(same)
+        return chosen
+
     def _varied(self, candidates: list[Candidate], floor: float) -> Candidate:
         """The candidate to serve: the nearest, or with variety one drawn at random from the
         answers stored for the nearest one's very prompt (the same embedding text: twins,
@@ -212,13 +241,7 @@ class Serving:
             for c in candidates
             if c.entry.embed_text == best.entry.embed_text and c.similarity.cosine >= floor
         ]
-        if len(same) < 2:
-            return best
-        chosen = self.cache.draw(same)
-        if chosen is not best and self.shape.answer_problem(chosen.entry) is not None:
-            return best  # damaged: the lookup evicts it when it is the nearest
-        self.info.choices = len(same)
-        return chosen
+        return self._drawn(same)
 
     # -- near misses and the verifier (see _verify.py) ---------------------------------------
 

@@ -492,7 +492,9 @@ class CallInfo(BaseModel):
     what that cost, inside ``usage``/``cost_usd``), and ``pair`` what the pair showed
     (``True``: the two fresh answers agreed), also for a label whose cached entry answered the
     very same prompt. ``choices`` is how many stored answers to the nearest entry's prompt a hit
-    was drawn from (1: the nearest, as without variety).
+    was drawn from (1: the nearest, as without variety). ``identical`` says a guarded table
+    served an answer stored for this very prompt (the same messages): the model's own answer
+    to it, served without a threshold, exploration or audit (docs/promise.md).
 
     With a verifier (docs/wrong-hit-budget.md), ``verified`` is its verdict on this call's
     near miss (``True``: served as a hit, unless the cached answer then failed the query's
@@ -553,6 +555,7 @@ class CallInfo(BaseModel):
     twin_usd: float = 0.0
     pair: bool | None = None
     choices: int = 1
+    identical: bool = False
     verified: bool | None = None
     verify_failed: bool = False
     verify_queued: bool = False

@@ -146,7 +146,9 @@ def test_a_sampling_models_excess_is_not_shown_over_before_its_pairs_bound_its_v
 def _client(tmp_path: Path, responder: Any, **config: Any) -> CachedLLM:
     config = {"twin_rate": 0.0, **config}
     cache = SemanticCache(
-        tmp_path / "c", embedder=HashEmbedder(dim=64), config=CacheConfig(**config)
+        tmp_path / "c",
+        embedder=HashEmbedder(dim=64),
+        config=CacheConfig(**{"serve_identical": False, **config}),
     )
     return CachedLLM(FakeOpenAI(responder), cache=cache)
 

@@ -137,7 +137,9 @@ def _client(tmp_path: Path, responder: Any, **config: Any) -> CachedLLM:
     # has the twins' own).
     config = {"twin_rate": 0.0, **config}
     cache = SemanticCache(
-        tmp_path / "c", embedder=HashEmbedder(dim=64), config=CacheConfig(**config)
+        tmp_path / "c",
+        embedder=HashEmbedder(dim=64),
+        config=CacheConfig(**{"serve_identical": False, **config}),
     )
     return CachedLLM(FakeOpenAI(responder), cache=cache)
 
@@ -320,7 +322,9 @@ def test_labels_survive_reopening(tmp_path: Path) -> None:
     assert learned < STRICT_THRESHOLD
     client.cache.close()
     reopened = SemanticCache(
-        tmp_path / "c", embedder=HashEmbedder(dim=64), config=CacheConfig(wrong_hit_budget=0.05)
+        tmp_path / "c",
+        embedder=HashEmbedder(dim=64),
+        config=CacheConfig(wrong_hit_budget=0.05, serve_identical=False),
     )
     try:
         after = reopened.budget.labels(key)

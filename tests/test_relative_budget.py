@@ -224,7 +224,9 @@ def _agent_client(tmp_path: Path, answer: Any, **config: Any) -> CachedLLM:
     cache = SemanticCache(
         tmp_path / "c",
         embedder=HashEmbedder(dim=64),
-        config=CacheConfig(**{"twin_rate": 0.0, "explore_seed": 3, **config}),
+        config=CacheConfig(
+            **{"twin_rate": 0.0, "explore_seed": 3, "serve_identical": False, **config}
+        ),
     )
     return CachedLLM(FakeOpenAI(answer), cache=cache)
 
@@ -301,7 +303,9 @@ def test_a_seeded_miss_is_twinned_with_another_seed(tmp_path: Path) -> None:
     cache = SemanticCache(
         tmp_path / "c",
         embedder=HashEmbedder(dim=64),
-        config=CacheConfig(wrong_hit_budget=0.05, twin_rate=1.0, explore_seed=3),
+        config=CacheConfig(
+            wrong_hit_budget=0.05, twin_rate=1.0, explore_seed=3, serve_identical=False
+        ),
     )
     client = CachedLLM(fake, cache=cache)
     _, info = client.chat.completions.create_with_info(

@@ -51,7 +51,9 @@ def _client(tmp_path: Path, responder: Any, **config: Any) -> CachedLLM:
         tmp_path / "c",
         embedder=PlannedEmbedder(),
         # No twins: these tests count the LLM's calls (twins have tests of their own).
-        config=CacheConfig(**{"threshold": 0.9, "twin_rate": 0.0, **config}),
+        config=CacheConfig(
+            **{"threshold": 0.9, "twin_rate": 0.0, "serve_identical": False, **config}
+        ),
     )
     return CachedLLM(FakeOpenAI(responder), cache=cache)
 
