@@ -607,7 +607,15 @@ def plot_replay_study(result: ReplayStudyResult, path: str | Path) -> Path:
     fig, axes = _grid(len(beds), 2, width=5.0, height=3.8)
     if not beds:
         _empty(axes[0], "no recording")
-    markers = {"tuned": "o", "static": "s", "audit": "D", "prove": "v", "serve": "^", "random": "x"}
+    markers = {
+        "tuned": "o",
+        "static": "s",
+        "exact": "P",
+        "audit": "D",
+        "prove": "v",
+        "serve": "^",
+        "random": "x",
+    }
     for ax, bed in zip(axes, beds, strict=False):
         drawn = False
         span = [100 * result.delta, 0.0]  # the excess axis: every interval, δ and 0 in view

@@ -28,6 +28,7 @@ AUDITS_TO_CATCH = 60
 _NAMES = {
     "tuned": "tuned",
     "static": "static default",
+    "exact": "exact repeats only",
     "audit": "audit guard",
     "prove": "proving guard",
     "serve": "serve mode",
@@ -216,6 +217,29 @@ def _guard_lines(result: ReplayStudyResult, bed: ReplayBed) -> list[str]:
     return lines
 
 
+def _exact_lines(bed: ReplayBed) -> list[str]:
+    """Serving exact repeats only, beside the tuned settings of the same mode."""
+    lines = []
+    for exact in (r for r in bed.rows if r.config == "exact"):
+        o = exact.overall
+        line = (
+            f"{exact.mode} mode, exact repeats only ({exact.settings.get('all', '')}): cost cut "
+            f"{_pct(o.cost_cut)}, {o.served} of {o.calls} served, excess {_excess(o)} points"
+        )
+        tuned = _row(bed, exact.mode, "tuned")
+        if tuned is not None:
+            gain = 100 * (tuned.overall.cost_cut - o.cost_cut)
+            line += f"; the tuned settings cut {_pct(tuned.overall.cost_cut)}, " + (
+                f"{gain:.1f} points more than exact repeats alone"
+                if gain > 0
+                else f"{-gain:.1f} points less than exact repeats alone"
+                if gain < 0
+                else "as much as exact repeats alone"
+            )
+        lines.append(line + ".")
+    return lines
+
+
 def _baseline_lines(bed: ReplayBed) -> list[str]:
     """Serve mode against a random answer, and what the excess is measured against."""
     lines = []
@@ -318,7 +342,14 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
         "and the proving guard, each from the static default, learning over the whole "
         "stream), serve mode (every query whose table has an "
         "entry answered with its nearest, the tables holding every answer of the tuning "
-        "part) and a random same-table answer. The excess is the served answers' "
+        "part) and a random same-table answer"
+        + (
+            ", and exact repeats only (a prompt's very text asked again) where a bed's "
+            "table lists them"
+            if any(r.config == "exact" for b in result.beds for r in b.rows)
+            else ""
+        )
+        + ". The excess is the served answers' "
         "unacceptable share minus that of the model's own second answers, with its 95% "
         "interval: to the very queries served where each was recorded with a second answer "
         "(marked * in the tables: paired, Newcombe's interval for paired rates), else the "
@@ -350,6 +381,7 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
                     f"{row.overall.served} of {row.overall.calls} served, excess "
                     f"{_excess(row.overall)} points."
                 )
+        lines += [f"- {line}" for line in _exact_lines(bed)]
         lines += [f"- {line}" for line in _guard_lines(result, bed)]
         lines += [f"- {line}" for line in _baseline_lines(bed)]
         lines += _settings(bed)

@@ -20,8 +20,11 @@ the option they name before anything is compared, so that an answer means the sa
 query (the query's requirements are found in the town's runs the recording was made from).
 
 Beside the town, the same table on the shared agent's day (``park_demo_isabella``: the ratings
-gpt-3.5-turbo really gave, "within 1"), split by time: the one bed where the model is known to
-tell good from random.
+gpt-3.5-turbo really gave, "within 1"), split by time, and on the gpt-4o-mini development bed
+(``park_4omini_dev``: eight agents of one run, "within 1"), split by agents -- settings learned
+on four agents and reported on the other four, with one more row, **exact**: only repeats of a
+prompt already asked served (threshold :data:`EXACT_THRESHOLD`). Those beds are where the model
+is known to tell good from random; the town stays the bed for locations and reactions.
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -66,6 +72,8 @@ from ._results import AnswerSample, GuardStory, ReplayBed, ReplayRow, ReplayStud
 __all__ = [
     "DEFAULT_RECORDING",
     "DEFAULT_STUDY_THRESHOLDS",
+    "DEV_BED",
+    "EXACT_THRESHOLD",
     "PARK",
     "RECORDED_CATEGORIES",
     "RECORDING_EMBEDDINGS",
@@ -89,6 +97,11 @@ TOWN_RUNS = _ROOT / "docs" / "results" / "standard" / "data"
 RECORDED_CATEGORIES = ("importance score", "finding location", "actor reaction", "agent reaction")
 #: The shared agent's day (``../shared/benchmarks/park_demo_isabella`` beside the repository).
 PARK = _ROOT.parent / "shared" / "benchmarks" / "park_demo_isabella"
+#: The gpt-4o-mini development bed (``../shared/benchmarks/park_4omini_dev``: one folder per
+#: agent), read by ``benchmarks/park_calls.py``'s ``bed_calls``.
+DEV_BED = _ROOT.parent / "shared" / "benchmarks" / "park_4omini_dev"
+#: The "exact repeats only" row's threshold (raw cosine): a prompt's very text asked again.
+EXACT_THRESHOLD = 0.999
 #: The thresholds tuning tries, each one replay of the whole recording per mode (the
 #: library's default grid has 20: a replay of a few thousand calls takes a minute on 2 shared
 #: cores, and the study is to stay within minutes).
@@ -132,9 +145,10 @@ def _town_call(prompt: Prompt | None) -> TownCall | None:
         return None
 
 
-def _park_calls(folder: Path) -> list[ReplayCall]:
-    """The shared agent's rated memories as calls, built where the benchmarks build them
-    (``benchmarks/park_calls.py``: one place for Park's prompts)."""
+@cache
+def _park_module() -> ModuleType:
+    """``benchmarks/park_calls.py``, where the benchmarks build Park's calls (one place for
+    Park's prompts and for the beds' agents)."""
     spec = importlib.util.spec_from_file_location(
         "_park_calls", _ROOT / "benchmarks" / "park_calls.py"
     )
@@ -142,8 +156,27 @@ def _park_calls(folder: Path) -> list[ReplayCall]:
         raise FileNotFoundError("benchmarks/park_calls.py is missing")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    calls: list[ReplayCall] = module.park_calls(folder)
+    return module
+
+
+def _park_calls(folder: Path) -> list[ReplayCall]:
+    """The shared agent's rated memories as calls."""
+    calls: list[ReplayCall] = _park_module().park_calls(folder)
     return calls
+
+
+def _dev_bed_calls(folder: Path) -> tuple[list[ReplayCall], list[bool], tuple[str, ...]]:
+    """The development bed's calls: its tune agents' (interleaved by time, as the run made
+    them), then its check agents', each call's time its place in that stream; which calls are
+    the check agents'; and the check agents. The check part is then exactly the check agents'
+    calls, by agents (the agents that appear last) and by time alike."""
+    module = _park_module()
+    tune_part: list[ReplayCall] = module.bed_calls(module.BED_TUNE_AGENTS, folder)
+    check_part: list[ReplayCall] = module.bed_calls(module.BED_CHECK_AGENTS, folder)
+    stream = [*tune_part, *check_part]
+    calls = [c.model_copy(update={"time": float(i)}) for i, c in enumerate(stream)]
+    mask = [False] * len(tune_part) + [True] * len(check_part)
+    return calls, mask, tuple(module.BED_CHECK_AGENTS)
 
 
 _within_one = Within(1)
@@ -345,40 +378,69 @@ def _table_answers(
     return out
 
 
+Split = Literal["time", "agents"]
+
+
+@dataclass(frozen=True)
+class _Replays:
+    """How every bed is replayed: one embedder (each text embedded once for all replays), the
+    embedding modes, the study's δ, the thresholds tuning tries, and the seeds."""
+
+    embedder: StoredEmbedder
+    modes: Sequence[EmbedMode]
+    delta: float
+    thresholds: Sequence[float]
+    seed: int
+    guard_seeds: int = 1
+
+
+def _check_fraction(calls: Sequence[ReplayCall], mask: Sequence[bool], split: Split) -> float:
+    """The ``check_fraction`` for which tune's ``split`` cuts exactly at ``mask`` (by agents,
+    just under the checked share: a check part grows by whole agents until it reaches it)."""
+    checked = sum(mask)
+    fraction = checked / len(calls) if split == "time" else (checked - 0.5) / len(calls)
+    if check_mask(calls, split, fraction) != list(mask):
+        raise ValueError(f"a {split} split cannot hold out exactly the calls asked for")
+    return fraction
+
+
 def _bed(
     bed: str,
     calls: Sequence[ReplayCall],
     mask: Sequence[bool],
     equivalences: Mapping[str, Callable[[str, str], bool]],
+    how: _Replays,
     *,
-    embedder: StoredEmbedder,
-    modes: Sequence[EmbedMode],
-    delta: float,
-    thresholds: Sequence[float],
-    seed: int,
-    guard_seeds: int = 1,
+    split: Split = "time",
+    exact: bool = False,
 ) -> list[ReplayRow]:
-    """Every configuration's figures on the checked calls of ``calls``."""
-    checked = sum(mask)
+    """Every configuration's figures on the checked calls of ``calls`` (``exact``: with the
+    exact-repeats row)."""
     prices = PriceTable()
     base = CacheConfig(
         categories={c: CategoryPolicy(equivalence=e) for c, e in equivalences.items()}
     )
-    texts = embedding_texts(calls, modes)
+    texts = embedding_texts(calls, how.modes)
     for i in range(0, len(texts), 256):  # in batches, each text once for every replay
-        embedder.embed(texts[i : i + 256])
+        how.embedder.embed(texts[i : i + 256])
+    fraction = _check_fraction(calls, mask, split)
+    fixed: list[tuple[Literal["static", "exact"], float, str]] = [
+        ("static", STATIC_THRESHOLD, f"{STATIC_THRESHOLD:.2f}")
+    ]
+    if exact:
+        fixed.append(("exact", EXACT_THRESHOLD, f"{EXACT_THRESHOLD:.3f}"))
     rows: list[ReplayRow] = []
-    for mode in modes:
+    for mode in how.modes:
         tuned = tune(
             calls,
-            delta=delta,
-            split="time",
-            check_fraction=checked / len(calls),
-            thresholds=thresholds,
+            delta=how.delta,
+            split=split,
+            check_fraction=fraction,
+            thresholds=how.thresholds,
             embeds=(mode,),
             base=base,
-            embedder=embedder,
-            seed=seed,
+            embedder=how.embedder,
+            seed=how.seed,
             prices=prices,
         )
         rows.append(
@@ -394,68 +456,76 @@ def _bed(
                 },
             )
         )
-        static = replay(
-            calls,
-            base.updated(embed=mode, threshold=STATIC_THRESHOLD),
-            embedder=embedder,
-            seed=seed,
-            prices=prices,
-        )
-        overall, per = _figures_of(static.results, calls, mask, equivalences)
-        rows.append(
-            ReplayRow(
-                bed=bed,
-                mode=mode.value,
-                config="static",
-                overall=overall,
-                categories=per,
-                settings={"all": f"{mode.value} mode, threshold {STATIC_THRESHOLD:.2f}"},
+        for config, threshold, shown in fixed:
+            report = replay(
+                calls,
+                base.updated(embed=mode, threshold=threshold),
+                embedder=how.embedder,
+                seed=how.seed,
+                prices=prices,
             )
-        )
-        for guard in ("audit", "prove"):
-            # Both guards start from the static default (the audit guard serves from there and
-            # tightens what its audits show over δ; the proving guard descends from there once
-            # proven), over the whole stream: they learn on runs 1-2 and go on learning in the
-            # held-out run. The audit guard's draws are seeded: ``guard_seeds`` of them.
-            reports = [
-                replay(
-                    calls,
-                    base.updated(
-                        embed=mode, threshold=STATIC_THRESHOLD, guard=guard, wrong_hit_budget=delta
-                    ),
-                    embedder=embedder,
-                    seed=seed + k,
-                    prices=prices,
-                )
-                for k in range(guard_seeds if guard == "audit" else 1)
-            ]
-            overall, per = _figures_of(reports[0].results, calls, mask, equivalences)
+            overall, per = _figures_of(report.results, calls, mask, equivalences)
             rows.append(
                 ReplayRow(
                     bed=bed,
                     mode=mode.value,
-                    config=guard,
+                    config=config,
                     overall=overall,
                     categories=per,
-                    settings={
-                        "all": f"{mode.value} mode, from threshold {STATIC_THRESHOLD:.2f}, "
-                        f"δ = {100 * delta:g} points"
-                    },
-                    guards=_guard_stories(
-                        [r.results for r in reports], STATIC_THRESHOLD, audit=guard == "audit"
-                    ),
-                    asked_share=_asked_share(reports[0].results, mask, audit=guard == "audit"),
+                    settings={"all": f"{mode.value} mode, threshold {shown}"},
                 )
             )
-        served = _table_answers(calls, mask, embedder, mode, equivalences, prices, seed)
+        rows += [_guard_row(bed, guard, calls, mask, equivalences, base, how, mode, prices)
+                 for guard in ("audit", "prove")]  # fmt: skip
+        served = _table_answers(calls, mask, how.embedder, mode, equivalences, prices, how.seed)
         overall, per = _figures_of(served, calls, mask, equivalences)
         rows.append(
             ReplayRow(bed=bed, mode=mode.value, config="serve", overall=overall, categories=per)
         )
-    drawn = _table_answers(calls, mask, embedder, None, equivalences, prices, seed)
+    drawn = _table_answers(calls, mask, how.embedder, None, equivalences, prices, how.seed)
     overall, per = _figures_of(drawn, calls, mask, equivalences)
     rows.append(ReplayRow(bed=bed, mode="-", config="random", overall=overall, categories=per))
     return rows
+
+
+def _guard_row(
+    bed: str,
+    guard: Literal["audit", "prove"],
+    calls: Sequence[ReplayCall],
+    mask: Sequence[bool],
+    equivalences: Mapping[str, Callable[[str, str], bool]],
+    base: CacheConfig,
+    how: _Replays,
+    mode: EmbedMode,
+    prices: PriceTable,
+) -> ReplayRow:
+    """A guard from the static default (the audit guard serves from there and tightens what
+    its audits show over δ; the proving guard descends from there once proven), over the whole
+    stream: it learns on the tuning part and goes on learning in the held-out part. The audit
+    guard's draws are seeded: ``guard_seeds`` of them (its figures are the first seed's)."""
+    config = base.updated(
+        embed=mode, threshold=STATIC_THRESHOLD, guard=guard, wrong_hit_budget=how.delta
+    )
+    reports = [
+        replay(calls, config, embedder=how.embedder, seed=how.seed + k, prices=prices)
+        for k in range(how.guard_seeds if guard == "audit" else 1)
+    ]
+    overall, per = _figures_of(reports[0].results, calls, mask, equivalences)
+    return ReplayRow(
+        bed=bed,
+        mode=mode.value,
+        config=guard,
+        overall=overall,
+        categories=per,
+        settings={
+            "all": f"{mode.value} mode, from threshold {STATIC_THRESHOLD:.2f}, "
+            f"δ = {100 * how.delta:g} points"
+        },
+        guards=_guard_stories(
+            [r.results for r in reports], STATIC_THRESHOLD, audit=guard == "audit"
+        ),
+        asked_share=_asked_share(reports[0].results, mask, audit=guard == "audit"),
+    )
 
 
 def _asked_share(results: Sequence[CallResult], mask: Sequence[bool], *, audit: bool) -> float:
@@ -544,36 +614,33 @@ def _stream(runs: Mapping[int, Sequence[ReplayCall]]) -> tuple[list[ReplayCall],
     return calls, mask
 
 
-def replay_study(
-    *,
-    recording: Path | None = None,
-    town_runs: Path = TOWN_RUNS,
-    embedder: Embedder,
-    embeddings: Path | None = None,
-    modes: Sequence[EmbedMode] = (EmbedMode.KEYWORD, EmbedMode.FULL),
-    delta: float = 0.05,
-    thresholds: Sequence[float] = DEFAULT_STUDY_THRESHOLDS,
-    park: Path | None = PARK,
-    agents: Sequence[str] | None = None,
-    seed: int = 0,
-    guard_seeds: int = 1,
-    progress: Callable[[str], None] | None = None,
-) -> ReplayStudyResult:
-    """The replay study (see the module docstring) of the recording in ``recording`` (a
-    directory; ``None``: the committed one, :data:`DEFAULT_RECORDING`, and while there is
-    none, the town runs' own answers, one each, as the recording),
-    the queries' requirements read from the town runs in ``town_runs``; beside it the shared
-    agent's day from ``park`` when that folder exists. ``embeddings``: where the embedded
-    texts are kept between runs. ``agents``: only the calls of these agents (their tables
-    whole), for a shorter study. ``guard_seeds``: how many seeded replays the audit guard's
-    catch is read over (its row's figures are the first seed's)."""
-    started = time.perf_counter()
-    say = progress or (lambda _: None)
-    stored = StoredEmbedder(embedder, embeddings)
-    in_store, shipped = len(stored), 0
+@dataclass
+class _Recording:
+    """The town recording as the study replays it: its runs (their answers read as the
+    validated responses they are), where they came from, and how much of it was found in the
+    town's runs."""
+
+    runs: dict[int, list[ReplayCall]]
+    provenance: dict[str, Any]
+    source: str
+    model: str
+    found: int
+    shipped: int  # vectors taken from the recording's own store
+
+
+def _read_town(
+    recording: Path | None,
+    town_runs: Path,
+    stored: StoredEmbedder,
+    agents: Sequence[str] | None,
+    say: Callable[[str], None],
+) -> _Recording:
+    """The recording in ``recording`` (``None``: the committed one, and while there is none,
+    the town runs' own answers, one each), only ``agents``' calls if given."""
     if recording is None:
         recording = committed_recording()
     provenance: dict[str, Any] = {}
+    shipped = 0
     if recording is not None:  # a recording asked for and missing is an error, not a fallback
         runs, provenance = read_recording_dir(recording)
         # Vectors shipped beside the recording (the pinned embedder's, by each text's sha256)
@@ -606,65 +673,125 @@ def replay_study(
         n: [_canonical(c, _town_call(known.get(messages_key(c.messages)))) for c in calls]
         for n, calls in runs.items()
     }
-    calls, mask = _stream(runs)
-    text = TextAgreement(cosine_of(stored), DEFAULT_TEXT_BOUND)
+    return _Recording(runs, provenance, source, model, found, shipped)
+
+
+def _town_bed(
+    town: _Recording, how: _Replays, say: Callable[[str], None]
+) -> tuple[ReplayBed, list[ReplayCall]]:
+    """The town recording's bed (tuned on its first runs, reported on its last) and the
+    held-out run's calls."""
+    calls, mask = _stream(town.runs)
+    text = TextAgreement(cosine_of(how.embedder), DEFAULT_TEXT_BOUND)
     equivalences = {c: _equivalence(c, text) for c in sorted({c.category for c in calls})}
-    say(f"town: {len(calls)} calls, {sum(mask)} of them in run {max(runs)}")
-    rows = _bed(
-        "town",
-        calls,
-        mask,
-        equivalences,
-        embedder=stored,
-        modes=modes,
-        delta=delta,
-        thresholds=thresholds,
-        seed=seed,
-        guard_seeds=guard_seeds,
-    )
+    say(f"town: {len(calls)} calls, {sum(mask)} of them in run {max(town.runs)}")
+    rows = _bed("town", calls, mask, equivalences, how)
     held_out = [c for c, m in zip(calls, mask, strict=True) if m]
+    bed = ReplayBed(
+        name="town",
+        source=town.source,
+        model=town.model,
+        equivalence="the template's own acceptability (Template.acceptable)",
+        split=_split(sorted(town.runs)),
+        tune_calls=len(calls) - len(held_out),
+        check_calls=len(held_out),
+        rows=rows,
+        provenance=town.provenance,
+        requirements_found=town.found,
+    )
+    return bed, held_out
+
+
+def _park_bed(park: Path, how: _Replays, say: Callable[[str], None]) -> ReplayBed:
+    """The shared agent's day, split by time."""
+    calls = _park_calls(park)
+    mask = check_mask(calls, "time", 0.5)
+    within = {c: _within_one for c in {c.category for c in calls}}
+    say(f"shared agent: {len(calls)} calls")
+    return ReplayBed(
+        name="shared agent",
+        source=f"the shared agent's day ({park.name}), Park et al.'s recorded ratings",
+        model="gpt-3.5-turbo",
+        equivalence="within 1",
+        split="by time: tuned on the first half of the day, reported on the second",
+        tune_calls=len(calls) - sum(mask),
+        check_calls=sum(mask),
+        rows=_bed("shared agent", calls, mask, within, how),
+    )
+
+
+def _dev_bed_present(folder: Path) -> bool:
+    """Whether ``folder`` holds every agent of the development bed."""
+    module = _park_module()
+    agents = (*module.BED_TUNE_AGENTS, *module.BED_CHECK_AGENTS)
+    return all((folder / agent / "nodes.json").exists() for agent in agents)
+
+
+def _dev_bed(folder: Path, how: _Replays, say: Callable[[str], None]) -> ReplayBed:
+    """The gpt-4o-mini development bed, split by agents (learned on its tune agents,
+    reported on its check agents), with the exact-repeats row."""
+    calls, mask, check_agents = _dev_bed_calls(folder)
+    tune_agents = list(dict.fromkeys(c.agent for c, m in zip(calls, mask, strict=True) if not m))
+    within = {c: _within_one for c in sorted({c.category for c in calls})}
+    say(f"gpt-4o-mini bed: {len(calls)} calls, {sum(mask)} of them of {', '.join(check_agents)}")
+    model: str = _park_module().BED_MODEL
+    return ReplayBed(
+        name="development bed",
+        source=f"the {model} development bed ({folder.name}): "
+        f"{len(tune_agents) + len(check_agents)} agents of one run of Park et al.'s code, "
+        "their recorded ratings",
+        model=model,
+        equivalence="within 1",
+        split=f"by agents: tuned on {', '.join(tune_agents)}; reported on "
+        f"{', '.join(check_agents)}",
+        tune_calls=len(calls) - sum(mask),
+        check_calls=sum(mask),
+        rows=_bed("development bed", calls, mask, within, how, split="agents", exact=True),
+    )
+
+
+def replay_study(
+    *,
+    recording: Path | None = None,
+    town_runs: Path = TOWN_RUNS,
+    embedder: Embedder,
+    embeddings: Path | None = None,
+    modes: Sequence[EmbedMode] = (EmbedMode.KEYWORD, EmbedMode.FULL),
+    delta: float = 0.05,
+    thresholds: Sequence[float] = DEFAULT_STUDY_THRESHOLDS,
+    park: Path | None = PARK,
+    dev_bed: Path | None = DEV_BED,
+    agents: Sequence[str] | None = None,
+    seed: int = 0,
+    guard_seeds: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> ReplayStudyResult:
+    """The replay study (see the module docstring) of the recording in ``recording`` (a
+    directory; ``None``: the committed one, :data:`DEFAULT_RECORDING`, and while there is
+    none, the town runs' own answers, one each, as the recording),
+    the queries' requirements read from the town runs in ``town_runs``; beside it the shared
+    agent's day from ``park`` and the gpt-4o-mini bed from ``dev_bed`` when those folders
+    exist. ``embeddings``: where the embedded
+    texts are kept between runs. ``agents``: only the calls of these agents (their tables
+    whole), for a shorter study. ``guard_seeds``: how many seeded replays the audit guard's
+    catch is read over (its row's figures are the first seed's)."""
+    started = time.perf_counter()
+    say = progress or (lambda _: None)
+    stored = StoredEmbedder(embedder, embeddings)
+    in_store = len(stored)
+    town = _read_town(recording, town_runs, stored, agents, say)
+    how = _Replays(stored, modes, delta, thresholds, seed, guard_seeds)
+    bed, held_out = _town_bed(town, how, say)
     samples, answers, echoes, broken = _samples(held_out, _SAMPLES, seed)
-    beds = [
-        ReplayBed(
-            name="town",
-            source=source,
-            model=model,
-            equivalence="the template's own acceptability (Template.acceptable)",
-            split=_split(sorted(runs)),
-            tune_calls=len(calls) - len(held_out),
-            check_calls=len(held_out),
-            rows=rows,
-            provenance=provenance,
-            requirements_found=found,
-        )
-    ]
+    beds = [bed]
     if park is not None and (park / "nodes.json").exists():
-        park_calls = _park_calls(park)
-        mask = check_mask(park_calls, "time", 0.5)
-        within = {c: _within_one for c in {c.category for c in park_calls}}
-        say(f"shared agent: {len(park_calls)} calls")
-        beds.append(
-            ReplayBed(
-                name="shared agent",
-                source=f"the shared agent's day ({park.name}), Park et al.'s recorded ratings",
-                model="gpt-3.5-turbo",
-                equivalence="within 1",
-                split="by time: tuned on the first half of the day, reported on the second",
-                tune_calls=len(park_calls) - sum(mask),
-                check_calls=sum(mask),
-                rows=_bed(
-                    "shared agent",
-                    park_calls,
-                    mask,
-                    within,
-                    embedder=stored,
-                    modes=modes,
-                    delta=delta,
-                    thresholds=thresholds,
-                    seed=seed,
-                    guard_seeds=guard_seeds,
-                ),
-            )
+        beds.append(_park_bed(park, how, say))
+    if dev_bed is not None and _dev_bed_present(dev_bed):
+        beds.append(_dev_bed(dev_bed, how, say))
+    elif dev_bed is not None:
+        say(
+            f"gpt-4o-mini bed skipped: {dev_bed.name}/ (the shared benchmarks' folder beside "
+            "the repository) is absent or lacks an agent's nodes.json"
         )
     stored.save()
     return ReplayStudyResult(
@@ -677,5 +804,5 @@ def replay_study(
         degenerate=broken,
         seconds=round(time.perf_counter() - started, 1),
         embedded=stored.computed,
-        embeddings_at_hand=in_store + shipped,
+        embeddings_at_hand=in_store + town.shipped,
     )

@@ -29,7 +29,7 @@ from ._judged import compare, correlation
 from ._pairwise_judge import PairwiseJudge
 from ._profiles import Profile
 from ._quality import quality, text_agreements
-from ._replay_study import PARK, TOWN_RUNS, committed_recording, replay_study
+from ._replay_study import DEV_BED, PARK, TOWN_RUNS, committed_recording, replay_study
 from ._results import (
     RESULT_MODELS,
     BudgetResult,
@@ -89,6 +89,8 @@ class Study:
     town_runs: Path = TOWN_RUNS
     # The shared agent's day the replay study sets beside the town (None: left out).
     park: Path | None = PARK
+    # The gpt-4o-mini development bed the replay study sets beside them (None: left out).
+    dev_bed: Path | None = DEV_BED
     # An open connection to use instead of the configured backend (tests pass a stand-in).
     _conn: LLMConnection | None = None
     _runs: dict[int, list[Prompt]] = field(default_factory=dict)
@@ -400,6 +402,7 @@ class Study:
             recording=recording,
             town_runs=self.town_runs,
             park=self.park,
+            dev_bed=self.dev_bed,
             embedder=self.embedder,
             embeddings=self.out / "embeddings",
             # A recording is replayed whole (it was recorded to be replayed in minutes); the

@@ -479,11 +479,12 @@ class ReplayRow(BaseModel):
     category (llmcache's replay :class:`~llmcache.replay.Figures`: calls, served, cost cut,
     acceptable, the model's own agreement and the excess over it with its 95% interval).
     ``audit`` and ``prove`` are the two guards at the study's δ, each starting from the static
-    default threshold; ``guards`` says per category what the guard did (over ``seeds``)."""
+    default threshold; ``exact`` serves repeats of a prompt only (a bed that asks for it);
+    ``guards`` says per category what the guard did (over ``seeds``)."""
 
     bed: str
     mode: str  # embedding mode; "-" for the random answer
-    config: Literal["tuned", "static", "audit", "prove", "serve", "random"]
+    config: Literal["tuned", "static", "exact", "audit", "prove", "serve", "random"]
     overall: Figures
     categories: dict[str, Figures]
     settings: dict[str, str] = Field(default_factory=dict)  # per category, what was chosen

@@ -119,6 +119,7 @@ def study_dir(tmp_path_factory: pytest.TempPathFactory, stand_in: _StandIn) -> P
     # The replay study on the small committed recording, without the shared agent's day.
     study.recording = Path(__file__).parent / "data" / "replay_recording"
     study.park = None
+    study.dev_bed = None
     reproduce(study)
     write_report(
         out,

@@ -64,7 +64,9 @@ def _recording(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[ReplayStudyResult, Path]:
     recording = _recording(tmp_path_factory.mktemp("replay"))
-    return replay_study(recording=recording, embedder=HashEmbedder(), park=None), recording
+    return replay_study(
+        recording=recording, embedder=HashEmbedder(), park=None, dev_bed=None
+    ), recording
 
 
 def test_tuned_on_the_first_runs_and_reported_on_the_last(
@@ -192,7 +194,7 @@ def test_a_study_s_figures_follow_the_model_s_own_second_answers(tmp_path: Path)
             other = '{"score": 1}' if call.category == "importance score" else call.answer
             f.write(call.model_copy(update={"other_answers": [other]}).model_dump_json() + "\n")
     spread = replay_study(
-        recording=where, embedder=HashEmbedder(), park=None, modes=(), thresholds=()
+        recording=where, embedder=HashEmbedder(), park=None, dev_bed=None, modes=(), thresholds=()
     )
     rnd = spread.beds[0].rows[-1].categories["importance score"]
     assert rnd.pairs >= sum(1 for c in runs[3] if c.category == "importance score")
@@ -201,7 +203,7 @@ def test_a_study_s_figures_follow_the_model_s_own_second_answers(tmp_path: Path)
 
 def test_vectors_shipped_with_a_recording_are_not_embedded_again(tmp_path: Path) -> None:
     recording = _recording(tmp_path)
-    kwargs = {"recording": recording, "embedder": HashEmbedder(), "park": None}
+    kwargs = {"recording": recording, "embedder": HashEmbedder(), "park": None, "dev_bed": None}
     small = {"modes": (EmbedMode.KEYWORD,), "thresholds": (0.9,)}
     first = replay_study(embeddings=tmp_path / "first", **kwargs, **small)
     assert first.embedded and first.embeddings_at_hand == 0
@@ -227,7 +229,9 @@ def test_a_malformed_recording_is_refused_with_its_line(tmp_path: Path) -> None:
         read_recording_dir(tmp_path)
     # A recording asked for by name is never replaced by the town's own answers.
     with pytest.raises(FileNotFoundError, match="holds no recording"):
-        replay_study(recording=tmp_path / "missing", embedder=HashEmbedder(), park=None)
+        replay_study(
+            recording=tmp_path / "missing", embedder=HashEmbedder(), park=None, dev_bed=None
+        )
 
 
 def test_only_the_quick_profile_leaves_the_live_budget_step_out() -> None:
