@@ -257,7 +257,10 @@ class LLMCache(BaseCache):
         user = messages[-1]["content"]
         system = messages[0]["content"] if len(messages) == 2 else None
         if self.templates is not None:
-            options, _ = recognised_options(self.templates, (user, system), self.default_agent)
+            # A declared template's fill is stripped text (PromptTemplate.fill), and framework
+            # templates often end in white space ("Rating: "): compared stripped.
+            stripped = (user.strip(), system.strip() if system is not None else None)
+            options, _ = recognised_options(self.templates, stripped, self.default_agent)
             if options is not None:
                 return options, messages
         if self.learner is not None:
@@ -388,7 +391,7 @@ def _open_learner(learner: PromptFiler | bool) -> PromptFiler | None:
     if learner is False:
         return None
     if learner is True:
-        from .templates import TemplateLearner  # type: ignore[attr-defined,unused-ignore]
+        from ._learn import TemplateLearner
 
         made: PromptFiler = TemplateLearner()
         return made

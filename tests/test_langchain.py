@@ -4,7 +4,7 @@ through langchain_core's own BaseCache contract and its own chat and text models
 from __future__ import annotations
 
 import asyncio
-import re
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult, Generation
 
 from llmcache import CacheConfig, CacheOptions, SemanticCache
 from llmcache.langchain import LLMCache
+from llmcache.templates import TemplateLearner
 from llmcache.testing import HashEmbedder
 
 RATE = "On the scale of 1 to 10, rate the poignancy of this memory for {agent}.\nMemory: {memory}"
@@ -29,48 +30,55 @@ LLM_A = '{"id": ["ChatFake"], "kwargs": {"model_name": "fake-1", "temperature": 
 LLM_B = '{"id": ["ChatFake"], "kwargs": {"model_name": "fake-1", "temperature": 0.0}}---[]'
 
 
-class StandInLearner:
-    """A TEST DOUBLE for ``TemplateLearner.options``: it knows one template (RATE) and files a
-    prompt of it only once it has seen ``confident_after`` of them, as the learner passes a
-    template's first calls through until it is confident. Its figures mean nothing."""
-
-    def __init__(self, confident_after: int = 2) -> None:
-        self.confident_after = confident_after
-        self.seen = 0
-        self.pattern = re.compile(
-            re.escape(RATE)
-            .replace(r"\{agent\}", "(?P<agent>.+)")
-            .replace(r"\{memory\}", "(?P<memory>.+)")
-            + r"\Z"
-        )
-
-    def options(
-        self, prompt: str, system: str | None = None, default_agent: str = ""
-    ) -> CacheOptions | None:
-        found = self.pattern.match(prompt)
-        if found is None:
-            return None
-        self.seen += 1
-        if self.seen < self.confident_after:
-            return None
-        return CacheOptions(
-            category="learned-rate",
-            agent=found["agent"] or default_agent,
-            keywords=(found["memory"],),
-        )
-
-
 def _chat_prompt(agent: str, memory: str) -> str:
     # What a chat model gives its cache: LangChain's JSON of the messages.
     return dumps([HumanMessage(content=RATE.format(agent=agent, memory=memory))])
+
+
+WARM_UP = [
+    "Tommie sees the new home",
+    "The new neighbors have a cat",
+    "Eve eats a bowl of porridge",
+    "Eve plays tennis with her friend Xu",
+    "A dog licks his feet in the park",
+    "The coffee tastes bitter today",
+    "He checks his email for offers",
+    "The line to the fair is long",
+    "Lunch at a local diner",
+    "The service is slow at noon",
+    "A raccoon tore open the trash bag",
+    "She helps a coworker on a task",
+    "Frisbee players gather by the lake",
+    "A letter arrives from home",
+    "The kettle whistles loudly",
+    "Rain taps on the window",
+    "A neighbor waves from the porch",
+    "The bus is late again",
+    "Someone plays piano next door",
+    "The bakery smells of fresh bread",
+]
+
+
+def _confident(
+    cache: LLMCache, agents: tuple[str, ...] = ("Tommie", "Eve"), memories: list[str] = WARM_UP
+) -> None:
+    """Calls of one template, by several agents about many memories, until the learner files
+    them (it passes a template's first calls through until it has learned it with
+    confidence, and learns as slots only what varies)."""
+    for i, memory in enumerate(memories):
+        prompt = _chat_prompt(agents[i % len(agents)], memory)
+        cache.lookup(prompt, LLM_A)
+        cache.update(prompt, LLM_A, [Generation(text="1")])
+    assert cache.last_info is not None, "the learner never became confident"
 
 
 @pytest.fixture
 def lc_cache(tmp_path: Path) -> Iterator[LLMCache]:
     cache = LLMCache(
         SemanticCache(tmp_path / "c", embedder=HashEmbedder(), config=CacheConfig(threshold=0.8)),
-        learner=StandInLearner(confident_after=1),
+        learner=TemplateLearner(),
     )
+    _confident(cache)
     yield cache
     cache.close()
 
@@ -84,7 +92,8 @@ def test_a_lookup_in_an_empty_table_misses(lc_cache: LLMCache) -> None:
     assert lc_cache.lookup(_chat_prompt("Tommie", "sees the new home"), LLM_A) is None
     lc_cache.update(_chat_prompt("Tommie", "sees the new home"), LLM_A, [Generation(text="4")])
     assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "miss"
-    assert lc_cache.last_info.category == "learned-rate" and lc_cache.last_info.agent == "Tommie"
+    # Filed under the template learned from the warm-up's calls (named by its text).
+    assert lc_cache.last_info.category.startswith("learned_")
 
 
 def test_an_update_is_served_to_the_same_prompt_as_a_chat_generation(lc_cache: LLMCache) -> None:
@@ -100,26 +109,29 @@ def test_an_update_is_served_to_the_same_prompt_as_a_chat_generation(lc_cache: L
 def test_a_paraphrased_slot_value_is_a_semantic_hit_once_the_learner_is_confident(
     tmp_path: Path,
 ) -> None:
-    learner = StandInLearner(confident_after=2)
     cache = LLMCache(
         SemanticCache(tmp_path / "c", embedder=HashEmbedder(), config=CacheConfig(threshold=0.8)),
-        learner=learner,
+        learner=TemplateLearner(),
     )
     first = _chat_prompt("Tommie", "The road is noisy at night")
-    # Not yet confident: passed through, and its answer is not stored.
+    # Not yet learned: passed through, counted, and its answer is not stored.
+    assert cache.lookup(first, LLM_A) is None and cache.last_info is None
+    cache.update(first, LLM_A, [Generation(text="2")])
+    assert cache.stats().unrecognised == 1
+    assert not cache.cache.partitions()
+    # Learned once confident; a memory that keeps taking new values is what gets embedded.
+    _confident(cache)
+    # A slot is embedded once it has shown 16 distinct values in the table (before, it must
+    # match exactly, as a slot that names the caller does): more calls about new memories.
+    _confident(cache, memories=[f"{m} and then {n}" for m, n in itertools.pairwise(WARM_UP)])
     assert cache.lookup(first, LLM_A) is None
     cache.update(first, LLM_A, [Generation(text="2")])
-    assert cache.lookup(first, LLM_A) is None
-    cache.update(first, LLM_A, [Generation(text="2")])
-    # Confident now: a paraphrase of the slot value is served the stored answer...
     served = cache.lookup(_chat_prompt("Tommie", "The road is very noisy at night"), LLM_A)
     assert _text(served) == "2"
     assert cache.last_info is not None and cache.last_info.similarity is not None
     assert cache.last_info.similarity.cosine < 0.999
-    # ...but never to another agent, however close its memory.
+    # Never to another agent, however close its memory: the agent's slot must match.
     assert cache.lookup(_chat_prompt("Eve", "The road is noisy at night"), LLM_A) is None
-    stats = cache.stats()
-    assert stats.unrecognised == 1
     cache.close()
 
 
@@ -147,6 +159,8 @@ def test_clear_removes_every_answer(lc_cache: LLMCache) -> None:
 
 
 def test_what_the_learner_passes_through_is_counted_and_never_stored(lc_cache: LLMCache) -> None:
+    before = lc_cache.stats().unrecognised
+    tables = lc_cache.cache.partitions()
     prompt = dumps([HumanMessage(content="Tell me a joke about cats.")])
     for _ in range(2):
         assert lc_cache.lookup(prompt, LLM_A) is None
@@ -154,14 +168,14 @@ def test_what_the_learner_passes_through_is_counted_and_never_stored(lc_cache: L
     # Several messages, or a system message after the user's, are never one template's prompt.
     turns = dumps([HumanMessage(content="hi"), AIMessage(content="yo"), HumanMessage(content="x")])
     assert lc_cache.lookup(turns, LLM_A) is None
-    assert lc_cache.stats().unrecognised == 3
-    assert lc_cache.cache.partitions() == []
+    assert lc_cache.stats().unrecognised == before + 3
+    assert lc_cache.cache.partitions() == tables
 
 
 def test_a_system_message_reaches_the_learner(tmp_path: Path) -> None:
     seen: list[tuple[str, str | None, str]] = []
 
-    class Recording(StandInLearner):
+    class Recording(TemplateLearner):
         def options(
             self, prompt: str, system: str | None = None, default_agent: str = ""
         ) -> CacheOptions | None:
@@ -170,7 +184,7 @@ def test_a_system_message_reaches_the_learner(tmp_path: Path) -> None:
 
     cache = LLMCache(
         SemanticCache(tmp_path / "c", embedder=HashEmbedder()),
-        learner=Recording(confident_after=1),
+        learner=Recording(),
         default_agent="Tommie",
     )
     user = RATE.format(agent="Tommie", memory="a dog")

@@ -1,0 +1,583 @@
+"""A framework we did not write, cached with no change to its code: LangChain's GenerativeAgent.
+
+    python benchmarks/bench_frameworks.py                    # local model, a few minutes
+    python benchmarks/bench_frameworks.py --reactions 6 --turns 2 --max-tokens 24
+
+The scenario is the two-agent one of LangChain's own generative-agents docs
+(``langchain_experimental.generative_agents``): Tommie's observations scored for importance,
+his interview, his day of reactions, Eve's observations and interview, their dialogue, and
+their summaries. Its memory store is langchain_core's ``InMemoryVectorStore`` over llmcache's
+default embedder (the docs' FAISS and OpenAI embeddings need a download or a key).
+
+1. **Live.** The scenario runs once on the local model (``llmcache.llm.LocalServer``,
+   temperature 0), ChatOpenAI pointed at its OpenAI-compatible endpoint. A callback handler
+   on the model records each call's code site (the framework's prompt template, read from
+   the ``LLMChain`` that made the call, named by the framework's function that built it), its
+   agent (the ``GenerativeAgent`` or memory it was made for), the prompt and the answer.
+2. **The same traffic through each path.** The recorded calls are sent, in order, through
+   llmcache's LangChain cache (``LLMCache``, what ``set_llm_cache`` installs) filed three ways:
+   templates **learned** from the traffic (``TemplateLearner``, the zero-change path),
+   templates **declared** (the framework's own prompt templates, as ``PromptTemplate``s: what
+   a user who copied them out would get), and the **full** prompt embedded in one table (what
+   GPTCache-style caches do). A miss is answered with the recorded answer; a hit is compared
+   with it. The model is deterministic (temperature 0), so its own variability is 0 and the
+   excess is the plain wrong-hit rate: a served answer that is not the model's own (for the
+   importance scores, a different integer).
+
+Printed per path: the share of calls of each code site with at least 20 calls that were filed
+under one learned template (the site's most common table), purity (tables that mix two code
+sites), agent crossings (hits served from an entry another agent's call stored), the cost cut
+(tokens avoided over tokens asked) and the excess. Figures depend on the model and on the
+machine's speed only through the answers; the run's time is printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import re
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The framework: an optional dependency group of this repository (pyproject's `frameworks`).
+from langchain_classic.retrievers import TimeWeightedVectorStoreRetriever
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.load import dumps
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration
+from langchain_core.vectorstores import InMemoryVectorStore
+from langchain_experimental.generative_agents import GenerativeAgent, GenerativeAgentMemory
+
+from llmcache import CacheConfig, CacheOptions, EmbedMode, PromptTemplate, SemanticCache
+from llmcache.embedders import Embedder, default_embedder
+from llmcache.langchain import LLMCache, PromptFiler
+from llmcache.llm import DEFAULT_MODEL
+from llmcache.templates import TemplateLearner, TemplateSet
+
+# -- the scenario of LangChain's generative-agents docs -----------------------------------------
+
+USER_NAME = "Person A"
+TOMMIE_OBSERVATIONS = [
+    "Tommie remembers his dog, Bruno, from when he was a kid",
+    "Tommie feels tired from driving so far",
+    "Tommie sees the new home",
+    "The new neighbors have a cat",
+    "The road is noisy at night",
+    "Tommie is hungry",
+    "Tommie tries to get some rest.",
+]
+TOMMIE_DAY = [
+    "Tommie wakes up to the sound of a noisy construction site outside his window.",
+    "Tommie gets out of bed and heads to the kitchen to make himself some coffee.",
+    "Tommie realizes he forgot to buy coffee filters and starts rummaging through his moving "
+    "boxes to find some.",
+    "Tommie finally finds the filters and makes himself a cup of coffee.",
+    "The coffee tastes bitter, and Tommie regrets not buying a better brand.",
+    "Tommie checks his email and sees that he has no job offers yet.",
+    "Tommie spends some time updating his resume and cover letter.",
+    "Tommie heads out to explore the city and look for job openings.",
+    "Tommie sees a sign for a job fair and decides to attend.",
+    "The line to get in is long, and Tommie has to wait for an hour.",
+    "Tommie meets several potential employers at the job fair but doesn't receive any offers.",
+    "Tommie leaves the job fair feeling disappointed.",
+    "Tommie stops by a local diner to grab some lunch.",
+    "The service is slow, and Tommie has to wait for 30 minutes to get his food.",
+    "Tommie overhears a conversation at the next table about a job opening.",
+    "Tommie asks the diners about the job opening and gets some information about the company.",
+    "Tommie decides to apply for the job and sends his resume and cover letter.",
+    "Tommie continues his search for job openings and drops off his resume at several local "
+    "businesses.",
+    "Tommie takes a break from his job search to go for a walk in a nearby park.",
+    "A dog approaches and licks Tommie's feet, and he pets it for a few minutes.",
+    "Tommie sees a group of people playing frisbee and decides to join in.",
+    "Tommie has fun playing frisbee but gets hit in the face with the frisbee and hurts his nose.",
+    "Tommie goes back to his apartment to rest for a bit.",
+    "A raccoon tore open the trash bag outside his apartment, and the garbage is all over the "
+    "floor.",
+    "Tommie starts to feel frustrated with his job search.",
+    "Tommie calls his best friend to vent about his struggles.",
+    "Tommie's friend offers some words of encouragement and tells him to keep trying.",
+    "Tommie feels slightly better after talking to his friend.",
+]
+EVE_OBSERVATIONS = [
+    "Eve wakes up and hear's the alarm",
+    "Eve eats a boal of porridge",
+    "Eve helps a coworker on a task",
+    "Eve plays tennis with her friend Xu before going to work",
+    "Eve overhears her colleague say something about Tommie being hard to work with",
+]
+FIRST_WORDS = (
+    "Tommie said: Hi, Eve. Thanks for agreeing to meet with me today. I have a bunch of "
+    "questions and am not sure where to start. Maybe you could first share about your experience?"
+)
+START = datetime(2023, 4, 1, 7, 0)
+
+
+class EmbedderEmbeddings(Embeddings):
+    """LangChain's ``Embeddings`` over an llmcache :class:`~llmcache.embedders.Embedder`: the
+    agents' memory store needs no model download and no key."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        return [[float(x) for x in row] for row in vectors]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+class MemoryStore(InMemoryVectorStore):
+    """langchain_core's in-memory vector store, its relevance the cosine it scores by mapped
+    to [0, 1] as the retriever wants (the docs' FAISS store maps its L2 distance to one; this
+    store has no mapping of its own)."""
+
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        return lambda cosine: (cosine + 1.0) / 2.0
+
+
+def approximate_token_ids(text: str) -> list[int]:
+    """The framework counts tokens to fit recent memories into a prompt; ChatOpenAI's own
+    counter downloads its encoding at run time, so words stand in (about 3/4 of a token)."""
+    return list(range(len(text.split())))
+
+
+def _memory(llm: BaseChatModel, embeddings: Embeddings, threshold: float) -> GenerativeAgentMemory:
+    retriever = TimeWeightedVectorStoreRetriever(
+        vectorstore=MemoryStore(embeddings), other_score_keys=["importance"], k=15
+    )
+    return GenerativeAgentMemory(
+        llm=llm, memory_retriever=retriever, reflection_threshold=threshold
+    )
+
+
+def _interview(agent: GenerativeAgent, message: str, now: datetime) -> str:
+    return agent.generate_dialogue_response(f"{USER_NAME} says {message}", now=now)[1]
+
+
+@dataclass
+class ScenarioResult:
+    reactions: list[str] = field(default_factory=list)
+    interviews: list[str] = field(default_factory=list)
+    dialogue: list[str] = field(default_factory=list)
+    summaries: dict[str, str] = field(default_factory=dict)
+
+
+def run_scenario(
+    llm: BaseChatModel,
+    embeddings: Embeddings,
+    *,
+    reactions: int = len(TOMMIE_DAY),
+    turns: int = 3,
+    interviews: int = 3,
+) -> ScenarioResult:
+    """The docs' two-agent scenario, cut to ``reactions`` of Tommie's day, ``interviews``
+    questions per agent and ``turns`` rounds of dialogue (the docs let it run until one says
+    goodbye; a small model may never). A simulated clock (10 minutes a step) keeps the
+    prompts' times the same from run to run."""
+    out = ScenarioResult()
+    clock = iter(START + timedelta(minutes=10 * i) for i in range(10_000))
+    tommie = GenerativeAgent(
+        name="Tommie",
+        age=25,
+        traits="anxious, likes design, talkative",
+        status="looking for a job",
+        llm=llm,
+        memory=_memory(llm, embeddings, threshold=8),
+    )
+    name_memories(tommie)
+    for observation in TOMMIE_OBSERVATIONS:
+        tommie.memory.add_memory(observation, now=next(clock))
+    out.summaries["Tommie (first)"] = tommie.get_summary(now=next(clock))
+    for question in [
+        "What do you like to do?",
+        "What are you looking forward to doing today?",
+        "What are you most worried about today?",
+    ][:interviews]:
+        out.interviews.append(_interview(tommie, question, next(clock)))
+    for i, observation in enumerate(TOMMIE_DAY[:reactions]):
+        out.reactions.append(tommie.generate_reaction(observation, now=next(clock))[1])
+        if (i + 1) % 20 == 0:
+            tommie.get_summary(force_refresh=True, now=next(clock))
+    eve = GenerativeAgent(
+        name="Eve",
+        age=34,
+        traits="curious, helpful",
+        status="N/A",
+        llm=llm,
+        daily_summaries=[
+            "Eve started her new job as a career counselor last week and received her first "
+            "assignment, a client named Tommie."
+        ],
+        memory=_memory(llm, embeddings, threshold=5),
+    )
+    name_memories(eve)
+    for observation in EVE_OBSERVATIONS:
+        eve.memory.add_memory(observation, now=next(clock))
+    for question in [
+        "How are you feeling about today?",
+        "What do you know about Tommie?",
+        "Tommie is looking to find a job. What are are some things you'd like to ask him?",
+    ][:interviews]:
+        out.interviews.append(_interview(eve, question, next(clock)))
+    _, observation = eve.generate_reaction(FIRST_WORDS, now=next(clock))
+    out.dialogue.append(observation)
+    for _ in range(turns):
+        ended = False
+        for agent in (tommie, eve):
+            stay, observation = agent.generate_dialogue_response(observation, now=next(clock))
+            out.dialogue.append(observation)
+            ended = ended or not stay
+        if ended:
+            break
+    for agent in (tommie, eve):
+        out.summaries[agent.name] = agent.get_summary(force_refresh=True, now=next(clock))
+    return out
+
+
+# -- what made each call ---------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One model call: its code site (the framework's function and prompt template), agent,
+    prompt (as LangChain gives it to its cache), ``llm_string``, answer and tokens."""
+
+    site: str
+    template: str
+    agent: str
+    prompt: str = ""
+    llm_string: str = ""
+    answer: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class CallSites(BaseCallbackHandler):
+    """Records, for every call the model starts, the code site that made it: the prompt
+    template of the ``LLMChain`` on the stack (the framework builds one per call site), named
+    by the framework's innermost function on the stack, and the agent it was made for."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._names: dict[str, str] = {}
+
+    def on_chat_model_start(
+        self, serialized: dict[str, Any], messages: list[list[BaseMessage]], **kwargs: Any
+    ) -> None:
+        template, function, agent = "", "", ""
+        for frame_info in inspect.stack(context=0):
+            owner = frame_info.frame.f_locals.get("self")
+            if not template and type(owner).__name__ == "LLMChain":
+                template = str(getattr(owner.prompt, "template", ""))
+            if not function and "generative_agents" in frame_info.filename:
+                function = frame_info.function
+            if not agent and isinstance(owner, GenerativeAgent):
+                agent = owner.name
+            if not agent and isinstance(owner, GenerativeAgentMemory):
+                agent = _memory_owner(owner)
+        digest = hashlib.sha256(template.encode()).hexdigest()[:8]
+        site = self._names.setdefault(digest, f"{function or '?'}#{digest[:4]}")
+        self.calls.append(
+            Call(site=site, template=template, agent=agent, prompt=dumps(messages[0]))
+        )
+
+    def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+        if not self.calls:
+            return
+        generation = response.generations[0][0]
+        call = self.calls[-1]
+        call.answer = generation.text
+        meta = getattr(getattr(generation, "message", None), "usage_metadata", None) or {}
+        call.usage = {k: int(meta.get(k, 0)) for k in ("input_tokens", "output_tokens")}
+
+
+_OWNERS: dict[int, str] = {}
+
+
+def _memory_owner(memory: GenerativeAgentMemory) -> str:
+    return _OWNERS.get(id(memory), "")
+
+
+def name_memories(*agents: GenerativeAgent) -> None:
+    for agent in agents:
+        _OWNERS[id(agent.memory)] = agent.name
+
+
+# -- the same traffic through each path ------------------------------------------------------
+
+
+class FullPrompt:
+    """Files every prompt in one table, embedding the whole prompt: what caches that know no
+    template do (GPTCache, LiteLLM's and RedisVL's semantic caches)."""
+
+    def options(
+        self, prompt: str, system: str | None = None, default_agent: str = ""
+    ) -> CacheOptions | None:
+        return CacheOptions(category="all-prompts", embed=EmbedMode.FULL)
+
+
+def declared_templates(calls: Sequence[Call]) -> TemplateSet:
+    """The framework's own prompt templates as llmcache ``PromptTemplate``s (LangChain's
+    f-string templates are llmcache's ``{named}`` ones); the agent's slot where one names it."""
+    templates = {}
+    for call in calls:
+        if not call.template or call.site in templates:
+            continue
+        slots = set(re.findall(r"\{(\w+)\}", call.template))
+        agent = next((s for s in ("agent_name", "name") if s in slots), None)
+        templates[call.site] = PromptTemplate(
+            name=call.site.replace("#", "-"), text=call.template, agent_slot=agent
+        )
+    return TemplateSet(list(templates.values()))
+
+
+_RATING = re.compile(r"^\D*(\d+)")
+
+
+def same_answer(site: str, served: str, fresh: str) -> bool:
+    """Whether a served answer is the model's own: the framework's importance scores by the
+    integer it parses (``^\\D*(\\d+)``), every other answer by its text."""
+    if "importance" in site:
+        a, b = _RATING.search(served.strip()), _RATING.search(fresh.strip())
+        return (a and a.group(1)) == (b and b.group(1))
+    return served.strip() == fresh.strip()
+
+
+@dataclass
+class PathFigures:
+    path: str
+    calls: int
+    filed: int
+    site_share: dict[str, float]
+    impure_tables: int
+    tables: int
+    crossings: int
+    hits: int
+    wrong: int
+    cut: float
+    seconds: float
+
+    def row(self) -> list[str]:
+        shares = list(self.site_share.values())
+        worst = min(shares) if shares else float("nan")
+        return [
+            self.path,
+            str(self.calls),
+            f"{self.filed / self.calls:.0%}" if self.calls else "-",
+            f"{worst:.0%}" if shares else "-",
+            f"{self.tables - self.impure_tables}/{self.tables}",
+            str(self.crossings),
+            str(self.hits),
+            f"{self.cut:.1%}",
+            f"{self.wrong}/{self.hits}" if self.hits else "0/0",
+            f"{self.seconds:.1f}",
+        ]
+
+
+def replay_path(
+    path: str,
+    calls: Sequence[Call],
+    make_cache: Callable[[], LLMCache],
+    *,
+    min_site_calls: int = 20,
+) -> PathFigures:
+    """Send the recorded calls, in order, through one LangChain cache: a miss is answered with
+    the recorded answer, a hit is compared with it."""
+    started = time.perf_counter()
+    cache = make_cache()
+    table_sites: dict[str, Counter[str]] = defaultdict(Counter)
+    site_templates: dict[str, Counter[str]] = defaultdict(Counter)
+    stored: dict[tuple[str, int], Call] = {}
+    crossings = hits = wrong = filed = 0
+    asked = avoided = 0
+    for call in calls:
+        if call.answer is None:
+            continue
+        tokens = call.usage.get("input_tokens", 0) + call.usage.get("output_tokens", 0)
+        asked += tokens
+        served = cache.lookup(call.prompt, call.llm_string)
+        info = cache.last_info
+        if info is not None:
+            filed += 1
+            table_sites[info.partition_key][call.site] += 1
+            site_templates[call.site][info.category] += 1
+        if served is not None:
+            assert info is not None and info.entry_id is not None
+            hits += 1
+            avoided += tokens
+            origin = stored.get((info.partition_key, info.entry_id))
+            if origin is not None and origin.agent != call.agent:
+                crossings += 1
+            if not same_answer(call.site, served[0].text, call.answer):
+                wrong += 1
+            continue
+        message = AIMessage(
+            content=call.answer,
+            usage_metadata={
+                "input_tokens": call.usage.get("input_tokens", 0),
+                "output_tokens": call.usage.get("output_tokens", 0),
+                "total_tokens": tokens,
+            },
+        )
+        cache.update(call.prompt, call.llm_string, [ChatGeneration(message=message)])
+        after = cache.last_info
+        if after is not None and after.entry_id is not None:
+            stored[(after.partition_key, after.entry_id)] = call
+    cache.close()
+    per_site = Counter(c.site for c in calls if c.answer is not None)
+    share = {
+        site: (site_templates[site].most_common(1)[0][1] / n if site_templates[site] else 0.0)
+        for site, n in per_site.items()
+        if n >= min_site_calls
+    }
+    impure = sum(1 for sites in table_sites.values() if len(sites) > 1)
+    return PathFigures(
+        path=path,
+        calls=sum(per_site.values()),
+        filed=filed,
+        site_share=share,
+        impure_tables=impure,
+        tables=len(table_sites),
+        crossings=crossings,
+        hits=hits,
+        wrong=wrong,
+        cut=avoided / asked if asked else 0.0,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def paths(
+    calls: Sequence[Call], root: Path, embedder: Embedder, threshold: float
+) -> dict[str, Callable[[], LLMCache]]:
+    """The ways one LangChain cache can file the traffic, each on its own fresh tables."""
+    config = CacheConfig(threshold=threshold)
+
+    def tables(name: str) -> SemanticCache:
+        return SemanticCache(root / name, embedder=embedder, config=config)
+
+    def filed_by(name: str, learner: PromptFiler | bool, **extra: Any) -> Callable[[], LLMCache]:
+        return lambda: LLMCache(tables(name), learner=learner, **extra)
+
+    return {
+        "learned (TemplateLearner)": filed_by("learned", TemplateLearner()),
+        "declared (its own templates)": filed_by(
+            "declared", False, templates=declared_templates(calls)
+        ),
+        "full prompt (one table)": filed_by("full", FullPrompt()),
+    }
+
+
+def print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, ["-" * w for w in widths], *rows]:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+
+
+HEADER = [
+    "path",
+    "calls",
+    "filed",
+    "site share (min, sites >= 20)",
+    "pure tables",
+    "agent crossings",
+    "hits",
+    "cost cut",
+    "wrong hits",
+    "s",
+]
+
+
+def record_live(args: argparse.Namespace, embedder: Embedder) -> tuple[list[Call], float, str]:
+    """Run the scenario on the local model; the calls, the seconds and the model's name."""
+    from langchain_openai import ChatOpenAI
+
+    from llmcache.llm import LocalServer
+
+    sites = CallSites()
+    with LocalServer(args.model, parallel=1, ctx_per_slot=args.ctx) as server:
+        llm = ChatOpenAI(
+            base_url=server.base_url,
+            api_key="local",  # type: ignore[arg-type]
+            model=server.model,
+            temperature=0,
+            max_tokens=args.max_tokens,
+            callbacks=[sites],
+            custom_get_token_ids=approximate_token_ids,
+        )
+        started = time.perf_counter()
+        result = run_scenario(
+            llm,
+            EmbedderEmbeddings(embedder),
+            reactions=args.reactions,
+            turns=args.turns,
+            interviews=args.interviews,
+        )
+        seconds = time.perf_counter() - started
+        llm_string = llm._get_llm_string()  # what LangChain keys its cache by, per call
+        model = server.model
+    for call in sites.calls:
+        call.llm_string = llm_string
+    print(
+        f"scenario: {len(sites.calls)} calls, {len(result.reactions)} reactions, "
+        f"{len(result.dialogue)} dialogue lines, summaries of {', '.join(result.summaries)}"
+    )
+    return sites.calls, seconds, model
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="the local model (llmcache.llm)")
+    parser.add_argument("--reactions", type=int, default=len(TOMMIE_DAY))
+    parser.add_argument("--turns", type=int, default=2, help="rounds of Tommie and Eve's talk")
+    parser.add_argument("--interviews", type=int, default=3, help="questions per agent")
+    parser.add_argument("--max-tokens", type=int, default=32, help="per answer")
+    parser.add_argument("--ctx", type=int, default=4096, help="context tokens of the slot")
+    parser.add_argument("--threshold", type=float, default=0.9, help="cosine, every path")
+    parser.add_argument("--min-site-calls", type=int, default=20)
+    parser.add_argument("--record", type=Path, help="save the live calls here (JSONL)")
+    parser.add_argument("--calls", type=Path, help="replay saved calls instead of a live run")
+    args = parser.parse_args(argv)
+
+    embedder = default_embedder()
+    if args.calls:
+        lines = args.calls.read_text(encoding="utf-8").splitlines()
+        calls = [Call(**json.loads(line)) for line in lines if line.strip()]
+        live_s, model = float("nan"), "(recorded)"
+    else:
+        calls, live_s, model = record_live(args, embedder)
+    if args.record:
+        args.record.write_text(
+            "".join(json.dumps(c.__dict__) + "\n" for c in calls), encoding="utf-8"
+        )
+    per_site = Counter(c.site for c in calls)
+    print(f"model {model}; live run {live_s:.0f} s; calls per code site:")
+    for site, n in per_site.most_common():
+        agents = Counter(c.agent for c in calls if c.site == site)
+        by_agent = ", ".join(f"{a or '?'} {k}" for a, k in agents.items())
+        print(f"  {n:4d}  {site}  ({by_agent})")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, make in paths(calls, Path(tmp), embedder, args.threshold).items():
+            rows.append(replay_path(name, calls, make, min_site_calls=args.min_site_calls).row())
+    print_table(rows, HEADER)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

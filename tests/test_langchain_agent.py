@@ -1,0 +1,224 @@
+"""A framework we did not write, through each zero-change path: LangChain's GenerativeAgent
+(langchain_experimental.generative_agents, the two-agent scenario of its docs) on a scripted
+model double, cached by llmcache without a change to the framework's code.
+
+(a) ``set_llm_cache(LLMCache(...))``; (b) its ChatOpenAI pointed at
+``CachedLLM(client, learn_templates=True)``. The scenario and the call-site recorder are the
+benchmark's (benchmarks/bench_frameworks.py), so the test runs what the benchmark measures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain_experimental.generative_agents")
+pytest.importorskip("langchain_openai")
+
+from langchain_core.globals import set_llm_cache
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_openai import ChatOpenAI
+
+from llmcache import CacheConfig, CachedLLM, SemanticCache
+from llmcache.langchain import LLMCache
+from llmcache.templates import TemplateLearner
+from llmcache.testing import FakeOpenAI, HashEmbedder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench() -> ModuleType:
+    path = ROOT / "benchmarks" / "bench_frameworks.py"
+    spec = importlib.util.spec_from_file_location("bench_frameworks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _bench()
+
+
+def scripted_answer(text: str) -> str:
+    """A TEST DOUBLE of the model: a fixed answer per prompt kind, read from the prompt's own
+    words, in the formats the framework parses (none of it is a measured answer)."""
+    if "rate the likely poignancy" in text:
+        return "3"
+    if "What is the observed entity" in text:
+        return "the dog"
+    if "doing in the following observation" in text:
+        return "barking"
+    if "Relevant context:" in text:
+        return "They are old friends."
+    if "summarize" in text and "core characteristics" in text:
+        return "Calm and curious."
+    if "Should " in text and "react to the observation" in text:
+        return "REACT: nods quietly"
+    if "What would " in text and " say?" in text:
+        return 'GOODBYE: "See you soon."' if "See you soon" in text else 'SAY: "See you soon."'
+    if "most salient high-level questions" in text:
+        return "What does he want?\nWhere is he?\nWho is Eve?"
+    if "high-level novel insights" in text:
+        return "He is anxious (because of 1)"
+    return "OK"
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A TEST DOUBLE chat model answering with :func:`scripted_answer`; counts its calls."""
+
+    calls: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-double"
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        self.calls += 1
+        answer = scripted_answer(str(messages[-1].content))
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=answer))])
+
+
+class RecordingCache(LLMCache):
+    """LLMCache that also notes, per call, where it was filed and which entry answered it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.filed: list[tuple[str, str, int | None, str]] = []  # (table, outcome, entry, text)
+        self.stored: dict[tuple[str, int], int] = {}  # entry -> index of the call that stored it
+
+    def lookup(self, prompt: str, llm_string: str) -> Any:
+        served = super().lookup(prompt, llm_string)
+        info = self.last_info
+        self.filed.append(
+            ("", "pass", None, prompt)
+            if info is None
+            else (info.partition_key, info.outcome, info.entry_id, prompt)
+        )
+        return served
+
+    def update(self, prompt: str, llm_string: str, return_val: Any) -> None:
+        super().update(prompt, llm_string, return_val)
+        info = self.last_info
+        if info is not None and info.entry_id is not None and info.outcome == "miss":
+            self.stored[(info.partition_key, info.entry_id)] = len(self.filed) - 1
+
+
+def _learner() -> TemplateLearner:
+    return TemplateLearner()
+
+
+def _check_the_flow(result: Any, reactions: int) -> None:
+    # The framework's own flow ran to its end on the double's answers.
+    assert len(result.reactions) == reactions
+    assert all(r == "Tommie nods quietly" for r in result.reactions)
+    assert result.dialogue and result.dialogue[-1].endswith('said "See you soon."')
+    assert set(result.summaries) == {"Tommie (first)", "Tommie", "Eve"}
+    assert all("Calm and curious." in s for s in result.summaries.values())
+
+
+def test_path_a_set_llm_cache_files_the_framework_under_learned_templates(tmp_path: Path) -> None:
+    model = ScriptedChatModel(custom_get_token_ids=bench.approximate_token_ids)
+    sites = bench.CallSites()
+    model.callbacks = [sites]
+    cache = RecordingCache(
+        SemanticCache(tmp_path / "a", embedder=HashEmbedder(), config=CacheConfig(threshold=0.9)),
+        learner=_learner(),
+    )
+    set_llm_cache(cache)
+    try:
+        # The simulation run twice (a rerun of a study, say): the second finds the first's
+        # answers wherever it asks what the first asked.
+        for _ in range(2):
+            result = bench.run_scenario(
+                model, bench.EmbedderEmbeddings(HashEmbedder()), reactions=12, turns=2
+            )
+            _check_the_flow(result, reactions=12)
+    finally:
+        set_llm_cache(None)
+    calls = sites.calls
+    assert len(calls) == len(cache.filed)
+    # The learner became confident, and filed calls under learned templates...
+    outcomes = Counter(outcome for _, outcome, _, _ in cache.filed)
+    assert outcomes["pass"] > 0 and outcomes["miss"] > 0 and outcomes["hit"] > 0
+    assert model.calls == len(calls) - outcomes["hit"]
+    # ...each table holding one code site's calls (no crossing of templates)...
+    sites_of: dict[str, set[str]] = defaultdict(set)
+    for call, (table, outcome, _, _) in zip(calls, cache.filed, strict=True):
+        if outcome != "pass":
+            sites_of[table].add(call.site)
+    assert sites_of and all(len(s) == 1 for s in sites_of.values()), sites_of
+    # ...and every hit was served the answer of a call of its own agent and code site.
+    for i, (table, outcome, entry, _) in enumerate(cache.filed):
+        if outcome != "hit":
+            continue
+        assert entry is not None
+        origin = calls[cache.stored[(table, entry)]]
+        assert (origin.agent, origin.site) == (calls[i].agent, calls[i].site)
+    # The importance site alone made more than the learner needs to be confident.
+    importance = [c for c in calls if c.site.startswith("_score_memory_importance")]
+    assert len(importance) >= 20 and {c.agent for c in importance} == {"Tommie", "Eve"}
+    cache.close()
+
+
+def test_the_benchmarks_replay_measures_the_learned_path(tmp_path: Path) -> None:
+    # The benchmark's figures from traffic the scripted double answered: the same code.
+    model = ScriptedChatModel(custom_get_token_ids=bench.approximate_token_ids)
+    sites = bench.CallSites()
+    model.callbacks = [sites]
+    for _ in range(2):
+        bench.run_scenario(model, bench.EmbedderEmbeddings(HashEmbedder()), reactions=12, turns=1)
+    for call in sites.calls:
+        call.llm_string = model._get_llm_string()
+        call.usage = {"input_tokens": 100, "output_tokens": 5}
+    makers = bench.paths(sites.calls, tmp_path, HashEmbedder(), 0.9)
+    learned = bench.replay_path("learned", sites.calls, makers["learned (TemplateLearner)"])
+    declared = bench.replay_path("declared", sites.calls, makers["declared (its own templates)"])
+    assert learned.calls == declared.calls == len(sites.calls)
+    assert learned.impure_tables == 0 and learned.crossings == 0
+    assert 0 < learned.filed < learned.calls  # the first calls of a template pass through
+    assert declared.filed == declared.calls  # every prompt is one of its templates
+    assert learned.hits > 0 and 0 < learned.cut < 1
+    assert learned.wrong == 0  # the double answers each prompt kind alike
+
+
+def test_path_b_chatopenai_through_cachedllm_learning_templates(tmp_path: Path) -> None:
+    if "learn_templates" not in inspect.signature(CachedLLM).parameters:
+        pytest.skip("CachedLLM(learn_templates=True) has not landed yet")
+    fake = FakeOpenAI(lambda request: scripted_answer(str(request["messages"][-1]["content"])))
+    cached = CachedLLM(
+        fake,
+        SemanticCache(tmp_path / "b", embedder=HashEmbedder(), config=CacheConfig(threshold=0.9)),
+        learn_templates=True,  # type: ignore[call-arg]
+    )
+    sites = bench.CallSites()
+    # ChatOpenAI sends a call that streams through client.create (its non-streamed calls go
+    # through with_raw_response, which the wrapper delegates to the client, uncached).
+    model = ChatOpenAI(
+        client=cached.chat.completions,
+        root_client=cached,
+        api_key="unused",  # type: ignore[arg-type]
+        model="scripted-double",
+        streaming=True,
+        callbacks=[sites],
+        custom_get_token_ids=bench.approximate_token_ids,
+    )
+    for _ in range(2):  # a rerun finds the first run's answers
+        result = bench.run_scenario(
+            model, bench.EmbedderEmbeddings(HashEmbedder()), reactions=12, turns=2
+        )
+        _check_the_flow(result, reactions=12)
+    cached.cache.ledger.flush()
+    stats = cached.cache.stats()
+    assert stats.total.hits > 0
+    assert len(fake.calls) == len(sites.calls) - stats.total.hits
+    cached.close()
