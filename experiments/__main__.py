@@ -254,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     study = Study(
         profile,
         out,
-        progress=not args.quiet,
+        # Bars only where a person reads them: a log file or a pipe gets no carriage returns.
+        progress=not args.quiet and sys.stderr.isatty(),
         force=args.force,
         runs=runs,
         judge=judge,

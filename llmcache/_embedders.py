@@ -16,7 +16,7 @@ import re
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -635,12 +635,23 @@ class StoredEmbedder:
                 return np.zeros((0, self.dim), dtype=np.float32)
             return np.stack([self._vectors[k] for k in keys])
 
-    def warm(self, texts: Iterable[str], batch: int = 256) -> int:
-        """Embed every text not yet known, ``batch`` at a time; how many were computed."""
+    def warm(
+        self,
+        texts: Iterable[str],
+        batch: int = 256,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Embed every text not yet known, ``batch`` at a time; how many were computed.
+        ``progress`` is told ``(texts embedded, texts to embed)`` before the first batch and
+        after each."""
         before = self.computed
         todo = list(dict.fromkeys(t for t in texts if _digest(t) not in self._vectors))
+        if progress is not None:
+            progress(0, len(todo))
         for start in range(0, len(todo), batch):
             self.embed(todo[start : start + batch])
+            if progress is not None:
+                progress(min(start + batch, len(todo)), len(todo))
         return self.computed - before
 
     def save(self) -> None:

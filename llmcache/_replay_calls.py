@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from ._errors import ReplayInputError
 from ._recorder import RecordedCall
@@ -22,13 +32,48 @@ __all__ = ["ReplayCall", "ReplayInput", "calls_from_records", "read_calls", "rea
 #: The model a call is priced as when its line names none (PriceTable's fallback prices it).
 UNNAMED_MODEL = "unknown"
 
+#: What a refused ``time`` is told to be instead (the message names the forms, not a type).
+TIME_FORMS = (
+    "epoch seconds as a number (1770969610) or an ISO 8601 string ('2026-02-13T08:00:10Z', "
+    "'2026-02-13T08:00:10+01:00'; one without a zone, '2026-02-13 08:00:10', is read as UTC)"
+)
+
+
+def _seconds(value: Any) -> float | None:
+    """``time`` as epoch seconds: a number as it is; an ISO 8601 text or a ``datetime`` at
+    its zone, and one without a zone as UTC (a recording's clock is rarely the reader's local
+    time, and the same file must read the same on every machine)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if math.isfinite(value):
+            return float(value)
+    elif isinstance(value, (str, datetime)):
+        text = value.strip() if isinstance(value, str) else ""
+        if text[-1:] in ("Z", "z"):  # Python 3.10's fromisoformat knows "+00:00", not "Z"
+            text = text[:-1] + "+00:00"
+        try:
+            when = value if isinstance(value, datetime) else datetime.fromisoformat(text)
+        except ValueError:
+            pass
+        else:
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            return when.timestamp()
+    raise PydanticCustomError(
+        "replay_time",
+        "{given} is not a time: give {forms}",
+        {"given": repr(value), "forms": TIME_FORMS},
+    )
+
 
 class ReplayCall(BaseModel):
     """One recorded call: what was asked (``messages``, ``params`` such as ``model`` and
     ``response_format``; ``keywords`` or ``slots`` where the caller gave them), by whom
     (``category``, ``agent``), when (``time``, any clock; ``None``: in stream order) and what
     the model answered (``answer``: the call's true answer). ``prompt_tokens`` and
-    ``completion_tokens`` price it; counted from the texts when a line gives none.
+    ``completion_tokens`` price it; counted from the texts when a line gives none. ``time`` is
+    given as epoch seconds or an ISO 8601 string (without a zone: UTC), and kept as seconds.
     ``other_answers`` are the model's further answers to this very prompt, asked again when
     it was recorded (its own spread): a replay answers the call's further requests (twins,
     explorations) from them and from the other calls of the stream with the same prompt, and
@@ -65,6 +110,11 @@ class ReplayCall(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time_in_seconds(cls, value: Any) -> float | None:
+        return _seconds(value)
 
     @property
     def model(self) -> str:
@@ -178,10 +228,11 @@ def read_calls(path: str | Path, *, strict: bool = True) -> ReplayInput:
         {"category": "importance", "agent": "Isabella", "prompt": "Rate ...", "answer": "4",
          "keywords": ["making coffee"], "time": 1676275200}
 
-    ``messages`` (chat messages) may stand for ``prompt``; ``keywords``, ``slots``, ``time``,
-    ``model``/``params``, ``other_answers`` (the model's further answers to the same prompt),
-    ``prompt_tokens`` and ``completion_tokens`` are optional; blank lines are ignored; a
-    ``.gz`` file is read uncompressed. Every line is read: a malformed one is kept as a
+    ``messages`` (chat messages) may stand for ``prompt``; ``keywords``, ``slots``, ``time``
+    (epoch seconds or an ISO 8601 string such as ``"2026-02-13T08:00:10Z"``; without a zone:
+    UTC), ``model``/``params``, ``other_answers`` (the model's further answers to the same
+    prompt), ``prompt_tokens`` and ``completion_tokens`` are optional; blank lines are
+    ignored; a ``.gz`` file is read uncompressed. Every line is read: a malformed one is kept as a
     problem with its number, and with ``strict`` (the default) a
     :class:`~llmcache.errors.ReplayInputError` then names them all; with ``strict=False``
     they are skipped and counted, and the good lines are used."""

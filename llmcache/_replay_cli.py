@@ -6,12 +6,13 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ._embedders import StoredEmbedder, default_embedder
-from ._errors import ConfigurationError, LLMCacheError
+from ._errors import ConfigurationError, LLMCacheError, ReplayInputError
 from ._hash_embedder import HashEmbedder
+from ._progress import ProgressBar
 from ._replay import embedding_texts, replay
 from ._replay_calls import ReplayCall, ReplayInput, read_calls, read_recording
 from ._tune import DEFAULT_THRESHOLDS, tune
@@ -58,9 +59,31 @@ def _embedder(args: argparse.Namespace) -> StoredEmbedder:
     return StoredEmbedder(inner, store)
 
 
-def warm(embedder: StoredEmbedder, calls: Sequence[ReplayCall], modes: Sequence[EmbedMode]) -> int:
+def warm(
+    embedder: StoredEmbedder,
+    calls: Sequence[ReplayCall],
+    modes: Sequence[EmbedMode],
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
     """Embed, in batches, every text the replays of ``calls`` in ``modes`` will look up."""
-    return embedder.warm(embedding_texts(calls, modes))
+    texts = embedding_texts(calls, modes)
+    # Longest first, 64 at a time: each batch holds texts of about one length (what the
+    # embedder's own sorting did within 256) and a bar moves every few seconds, not every
+    # 256 texts; the rate only rises, so an early ETA errs long.
+    texts.sort(key=len, reverse=True)
+    return embedder.warm(texts, batch=64, progress=progress)
+
+
+def _bar(label: str, args: argparse.Namespace) -> ProgressBar:
+    # On a terminal only (ProgressBar looks), and never beside --json: a program reads that.
+    return ProgressBar(label, enabled=not args.json)
+
+
+def _remedy(exc: BaseException) -> str:
+    """What to do about a file with malformed lines, beside the lines' own reasons."""
+    if isinstance(exc, ReplayInputError) and exc.good:
+        return f"\n(correct those lines, or pass --skip-malformed to use the {exc.good} good ones)"
+    return ""
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -105,17 +128,31 @@ def replay_main(argv: list[str]) -> int:
     )
     _common(parser)
     parser.add_argument("--config", type=Path, help="a CacheConfig file (default: the defaults)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        help="replay into this cache directory (created if absent, kept): it starts from the "
+        "answers and evidence of what was replayed or run in it before, and keeps this "
+        "replay's for the next (default: a fresh temporary cache)",
+    )
     args = parser.parse_args(argv)
     try:
         read = _read(args.recording, args.format, strict=not args.skip_malformed)
         embedder = _embedder(args)
         modes = [EmbedMode.KEYWORD, EmbedMode.FULL]
-        warm(embedder, read.calls, modes)
+        with _bar("embedding texts", args) as bar:
+            warm(embedder, read.calls, modes, progress=bar)
         embedder.save()
-        report = replay(read, args.config, embedder=embedder, seed=args.seed)
+        # One replay, reported whole: a bar that says it runs and, at the end, how long it took.
+        with _bar(f"replaying {len(read.calls)} calls", args) as bar:
+            bar(0, 1)
+            report = replay(
+                read, args.config, embedder=embedder, seed=args.seed, cache_dir=args.cache
+            )
+            bar(1, 1)
         embedder.save()
     except (LLMCacheError, OSError) as exc:
-        sys.stderr.write(f"llmcache replay: {exc}\n")
+        sys.stderr.write(f"llmcache replay: {exc}{_remedy(exc)}\n")
         return 1
     if args.json:
         listed = [hit.model_dump() for hit in report.wrong_hits]
@@ -167,24 +204,27 @@ def tune_main(argv: list[str]) -> int:
     try:
         read = _read(args.recording, args.format, strict=not args.skip_malformed)
         embedder = _embedder(args)
-        warm(embedder, read.calls, modes)
+        with _bar("embedding texts", args) as bar:
+            warm(embedder, read.calls, modes, progress=bar)
         embedder.save()
-        result = tune(
-            read,
-            delta=args.delta,
-            split=args.split,
-            check_fraction=args.check_fraction,
-            thresholds=args.thresholds,
-            embeds=modes,
-            base=args.config,
-            embedder=embedder,
-            seed=args.seed,
-        )
+        with _bar("replaying settings", args) as bar:
+            result = tune(
+                read,
+                delta=args.delta,
+                split=args.split,
+                check_fraction=args.check_fraction,
+                thresholds=args.thresholds,
+                embeds=modes,
+                base=args.config,
+                embedder=embedder,
+                seed=args.seed,
+                progress=bar,
+            )
         embedder.save()
         tuning = {**result.tuning(), "recording": args.recording.name}
         result.config.to_file(args.out, tuning=tuning)
     except (LLMCacheError, OSError, ValueError) as exc:
-        sys.stderr.write(f"llmcache tune: {exc}\n")
+        sys.stderr.write(f"llmcache tune: {exc}{_remedy(exc)}\n")
         return 1
     if args.json:
         sys.stdout.write(json.dumps(result.tuning()) + "\n")

@@ -23,12 +23,13 @@ import hashlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ._errors import ConfigurationError, EmbedderMismatchError, LLMCacheError
 from ._manifest import Manifest
+from ._progress import ProgressBar
 from ._protocols import CacheBackend
 from ._types import CacheEntry, Partition
 
@@ -69,6 +70,7 @@ def transfer(
     *,
     stats: bool = False,
     partitions: list[Partition] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Copy the entries of ``src`` into ``dst``; return how many were copied.
 
@@ -77,6 +79,7 @@ def transfer(
     :class:`~llmcache.errors.EmbedderMismatchError` before copying anything when ``dst`` was built
     with
     another embedder, or when ``src`` holds vectors of more than one embedder.
+    ``progress`` is told ``(entries read, entries in the tables copied)`` after each batch.
     """
     manifest = src.read_manifest()
     if manifest is None:
@@ -86,8 +89,12 @@ def transfer(
     if manifest is not None:
         dst.check_embedder(manifest.embedder_id, manifest.dim)
 
-    copied = 0
-    for partition in partitions if partitions is not None else src.partitions():
+    copied = seen = 0
+    tables = partitions if partitions is not None else src.partitions()
+    total = sum(src.count(p.key) for p in tables) if progress is not None else 0
+    if progress is not None:
+        progress(0, total)
+    for partition in tables:
         pkey = partition.key
         present = {_fingerprint(e) for e in dst.iterate(pkey)}
         before = copied
@@ -112,6 +119,10 @@ def transfer(
                 fresh.append(entry.model_copy(update={"id": -1}))
             dst.add_many(fresh)  # PgBackend: one pipelined transaction per batch
             copied += len(fresh)
+            seen += len(batch)
+            if progress is not None:
+                # An entry evicted after counting is not read: never past the total.
+                progress(min(seen, total), total)
         logger.info(
             "copied %d entries of %s/%s (%d already there)",
             copied - before,
@@ -183,7 +194,8 @@ def _main(command: str, argv: list[str] | None) -> int:
         opened.append(src)
         dst = _open(args.destination, args.dest_schema, must_exist=False)
         opened.append(dst)
-        copied = transfer(src, dst, stats=args.stats)
+        with ProgressBar(f"{command}: copying entries") as bar:
+            copied = transfer(src, dst, stats=args.stats, progress=bar)
         rows = [(p, dst.count(p.key)) for p in dst.partitions()]
     except LLMCacheError as exc:
         sys.stderr.write(f"{command}: {exc}\n")

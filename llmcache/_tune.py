@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -274,6 +274,7 @@ def tune(
     seed: int | None = 0,
     prices: PriceTable | None = None,
     max_checks: int = 3,
+    progress: Callable[[int, int], None] | None = None,
 ) -> TuneResult:
     """Choose each category's embed mode, threshold and (where its calls carry more than one
     slot) keyword slot from ``calls`` (see the module's
@@ -284,7 +285,8 @@ def tune(
     ``keyword_slots``.
 
     Pass a :class:`~llmcache.embedders.StoredEmbedder` as ``embedder``: every candidate is a
-    replay, and the texts are the same in all of them."""
+    replay, and the texts are the same in all of them. ``progress`` is told ``(replays done,
+    replays in all)`` as the candidates and the confirming replay run."""
     started = time.perf_counter()
     skipped: dict[str, int] = {}
     if isinstance(calls, ReplayInput):
@@ -311,6 +313,9 @@ def tune(
         slot_choices[name] = [None] + ([(n,) for n in names] if len(names) > 1 else [])
     rounds = max((len(v) for v in slot_choices.values()), default=1)
     replays = 0
+    tick = progress or (lambda done, total: None)
+    total = 1 + len(thresholds) * sum(rounds if e is EmbedMode.KEYWORD else 1 for e in embeds)
+    tick(0, total)
     for embed in embeds:
         for j in range(rounds if embed is EmbedMode.KEYWORD else 1):
             chosen = {n: v[j] for n, v in slot_choices.items() if j < len(v)}
@@ -327,6 +332,7 @@ def tune(
                     keyword_slots=keyword_slots,
                 )
                 replays += 1
+                tick(replays, total)
                 tuned = _by_category(report.results, calls, mask, False, equivalences)
                 checked = _by_category(report.results, calls, mask, True, equivalences)
                 for name, slots in chosen.items():
@@ -359,6 +365,7 @@ def tune(
     final = replay(
         calls, config, embedder=embedder, seed=seed, prices=prices, keyword_slots=keyword_slots
     )
+    tick(total, total)
     parts = {}
     for part in (False, True):
         idx = [i for i in range(len(calls)) if mask[i] == part]
