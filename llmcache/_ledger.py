@@ -293,6 +293,9 @@ class TableStats(BaseModel):
     excess_ci: tuple[float, float] | None = None
     # Hits served from one of several near-identical answers drawn at random (variety).
     varied: int = 0
+    # Hits served as an answer stored for the very same prompt (the model's own answer to it;
+    # a guard serves them without a threshold, exploration or audit: docs/promise.md).
+    identical: int = 0
     # A templated table's embedded slots, deciding first: those whose values have varied in
     # the table (every non-exact slot until one has), see llmcache/_slots.py. None: its calls
     # give their keywords, or are not templated.
@@ -335,9 +338,6 @@ class TableStats(BaseModel):
             store_failures=int(c.get("store_failures", 0)),
             record_failures=int(c.get("record_failures", 0)),
             evicted=int(c.get("evicted", 0)),
-    # Hits a guarded table served as an answer stored for the very same prompt (no threshold,
-    # exploration or audit: the model's own answer to it; docs/promise.md).
-    identical: int = 0
             expired=int(c.get("expired", 0)),
             attempts=int(c.get("attempts", 0)),
             escalations=int(c.get("escalations", 0)),
