@@ -65,6 +65,9 @@ __all__ = [
 
 Equivalence = Callable[[str, str], bool]
 
+# One-sided 95%: the bound tune keeps within δ (Figures.bound).
+_Z_ONE_SIDED = 1.6449
+
 
 class _Completions:
     def __init__(self, owner: RecordedUpstream) -> None:
@@ -256,6 +259,15 @@ class Figures(BaseModel):
     excess_upper: float | None = None
     paired: bool = False
     own_wrong_rate: float | None = None
+    # Of the served: answers stored for the very same prompt (the model's own answers to it,
+    # excess 0 by construction), and the rest, near neighbours, with their wrong ones.
+    identical: int = 0
+    near_served: int = 0
+    near_wrong: int = 0
+    # The one-sided 95% upper bound of the expected excess of everything served, in points,
+    # identical hits counted at their excess of 0 and near neighbours at their own bound
+    # (docs/promise.md): what ``tune`` keeps within δ on its check part.
+    bound: float | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -272,6 +284,10 @@ class Figures(BaseModel):
             "excess_upper": self.excess_upper,
             "paired": self.paired,
             "own_wrong_rate": self.own_wrong_rate,
+            "identical": self.identical,
+            "near_served": self.near_served,
+            "near_wrong": self.near_wrong,
+            "bound": self.bound,
         }
 
 
@@ -328,6 +344,23 @@ def figures(
     )
     if not served:
         return out
+    near = [r for r in served if not r.identical]
+    near_wrong = sum(1 for r in near if not r.acceptable)
+    if near:
+        # Newcombe's one-sided 95% bound of the near neighbours' excess over every recorded
+        # pair's disagreement, weighted by their share of what was served.
+        near_high = excess_interval(near_wrong, len(near), pairs - agree, pairs, _Z_ONE_SIDED)[1]
+        bound = 100 * max(0.0, near_high) * len(near) / len(served)
+    else:
+        bound = 0.0
+    out = out.model_copy(
+        update={
+            "identical": len(served) - len(near),
+            "near_served": len(near),
+            "near_wrong": near_wrong,
+            "bound": bound,
+        }
+    )
     rate = wrong / len(served)
     if all(c.other_answers for _, c in served_pairs):
         # The same queries: each served answer beside the model's own second answer to it,

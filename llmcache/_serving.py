@@ -127,7 +127,15 @@ class Serving:
     def rule(self, candidates: list[Candidate], mode: Mode) -> Ruling:
         """Serve, explore or miss, given a lookup's ``candidates`` (best first) in ``mode``;
         whatever would be served, explored or audited passes the opposites gate first."""
-        ruling = self._rule(candidates, mode)
+        ruling = self._gated(self._rule(candidates, mode))
+        # Whatever served it: an answer to this very prompt is the model's own answer to it
+        # (replay and tune count such hits at their excess of 0, docs/promise.md).
+        served = ruling.candidate if ruling.action == "serve" else None
+        self.info.identical = served is not None and served.entry.messages == self.messages
+        return ruling
+
+    def _gated(self, ruling: Ruling) -> Ruling:
+        """``ruling``, unless the opposites gate refuses its candidate (a miss then)."""
         if ruling.candidate is None or not self.policy.opposites_gate:
             return ruling
         found = opposition(self.info.embed_text or "", ruling.candidate.entry.embed_text)
@@ -162,7 +170,6 @@ class Serving:
                 # acceptable exactly as often as asking again would be, so its expected
                 # excess is 0 by construction and no guard needs evidence to serve it, nor
                 # pays to audit or explore it (docs/promise.md).
-                self.info.identical = True
                 return Ruling("serve", self._drawn(identical))
         if best.similarity.cosine >= threshold:
             if self._checked():

@@ -7,9 +7,11 @@ the live cache, the recording as the model); each call is counted in the *tune* 
 calls, or some agents) or the *check* part (the rest). The tune part chooses, the check part
 bounds. Per category, candidates whose tune-part excess is at most δ (its estimate: with a few
 hundred calls a part's 95% bound is ten points wide or more, too wide to choose by) are taken
-in order of their tune-part cost cut; the first whose check-part excess has a 95% upper bound
-at most δ (and which cuts cost there) is chosen. At most ``max_checks`` candidates are looked
-at on the check part, so that the check part stays a check, not a second search. A category
+in order of their tune-part cost cut; the first whose check-part *expected* excess has a
+one-sided 95% bound at most δ (and which cuts cost there) is chosen, answers to the very same
+prompt counted at their excess of 0 (the model's own answers; docs/promise.md). At most
+``max_checks`` candidates are looked at on the check part, and then the strictest one, so that
+the check part stays a check, not a second search. A category
 where none is confirmed is left uncached (``bypass``), with the reason. The chosen settings
 are then replayed once more together, and the figures written beside the configuration are
 that replay's.
@@ -54,8 +56,12 @@ __all__ = [
 
 Split = Literal["time", "agents"]
 
-#: The raw-cosine thresholds tried by default: 0.80 to 0.99 in steps of 0.01.
-DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(0.80 + 0.01 * i, 2) for i in range(20))
+#: The raw-cosine thresholds tried by default: 0.80 to 0.99 in steps of 0.01, and 0.999 (the
+#: very same keywords only).
+DEFAULT_THRESHOLDS: tuple[float, ...] = (
+    *(round(0.80 + 0.01 * i, 2) for i in range(20)),
+    0.999,
+)
 
 
 class Setting(BaseModel):
@@ -195,8 +201,10 @@ def _by_category(
 
 
 def _within(f: Figures, delta: float) -> bool:
-    """Whether the 95% upper bound of the excess is at most δ (what the check part must show)."""
-    return f.served > 0 and f.excess_upper is not None and f.excess_upper <= 100 * delta
+    """Whether the one-sided 95% bound of the expected excess is at most δ (what the check
+    part must show): answers to the very same prompt counted at their excess of 0, near
+    neighbours at their own bound, weighted by their share (:attr:`Figures.bound`)."""
+    return f.served > 0 and f.bound is not None and f.bound <= 100 * delta
 
 
 def _estimated_within(f: Figures, delta: float) -> bool:
@@ -230,14 +238,30 @@ def select(
                 category=category,
                 setting=candidate,
                 why=f"largest tune-part cut ({100 * tune_figures.cost_cut:.1f}%) that the check "
-                f"part confirms: cut {100 * check_figures.cost_cut:.1f}%, excess upper bound "
-                f"{check_figures.excess_upper:+.1f} points",
+                f"part confirms: cut {100 * check_figures.cost_cut:.1f}%, expected excess at "
+                f"most {check_figures.bound:+.1f} points (one-sided 95%)",
                 tune=tune_figures,
                 check=check_figures,
                 checked=checked,
             )
+    # None of the largest cuts holds on the check part: the strictest setting that cuts cost
+    # there (near-identical prompts only, whose expected excess is near 0) may still.
+    strictest = max(qualified, key=lambda m: (m[0].threshold, -m[1].cost_cut))
+    if strictest not in qualified[:max_checks] and _within(strictest[2], delta):
+        candidate, tune_figures, check_figures = strictest
+        if check_figures.cost_cut > 0:
+            return CategoryChoice(
+                category=category,
+                setting=candidate,
+                why=f"the strictest setting, as the check part confirmed none of the "
+                f"{max_checks} largest tune-part cuts: cut {100 * check_figures.cost_cut:.1f}%, "
+                f"expected excess at most {check_figures.bound:+.1f} points (one-sided 95%)",
+                tune=tune_figures,
+                check=check_figures,
+                checked=max_checks + 1,
+            )
     best = qualified[0]
-    shown = "-" if best[2].excess_upper is None else f"{best[2].excess_upper:+.1f} points"
+    shown = "-" if best[2].bound is None else f"{best[2].bound:+.1f} points"
     return CategoryChoice(
         category=category,
         setting=None,

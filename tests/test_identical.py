@@ -55,11 +55,14 @@ def test_the_same_keywords_in_another_prompt_are_not_identical(tmp_path: Path) -
     assert (info.outcome, info.identical, info.explored) == ("miss", False, True)
 
 
-def test_without_a_guard_and_when_turned_off_nothing_changes(tmp_path: Path) -> None:
-    # The static threshold serves the repeat as it always did, not flagged as identical.
-    static = _client(tmp_path / "static", scripted(["3"]))
+def test_without_a_guard_or_when_turned_off_repeats_are_served_as_before(tmp_path: Path) -> None:
+    # The static threshold serves the repeat as it always did (flagged as identical), and a
+    # neighbour at its threshold is not identical.
+    static = _client(tmp_path / "static", scripted(["3", "4"]), threshold=0.3)
     _ask(static, "Rate: tree idle", ["tree idle"])
     _, info = _ask(static, "Rate: tree idle", ["tree idle"])
+    assert (info.outcome, info.identical) == ("hit", True)
+    _, info = _ask(static, "Rate: tree idle now", ["tree idle now"])
     assert (info.outcome, info.identical) == ("hit", False)
     # serve_identical=False (here per category): the repeat must earn its place as before.
     config = {"categories": {"importance": CategoryPolicy(serve_identical=False)}}
