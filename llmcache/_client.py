@@ -34,7 +34,8 @@ from ._cache import SemanticCache
 from ._cached_call import run_cached_call, start_streamed_call
 from ._config import CacheConfig
 from ._errors import ConfigurationError
-from ._ledger import UNTABLED_KEY
+from ._learn import TemplateLearner
+from ._ledger import LEARNED_PREFIX, UNTABLED_KEY
 from ._protocols import CacheBackend, Embedder
 from ._recognise import TemplateSet
 from ._recorder import Recorder
@@ -146,6 +147,12 @@ def recognised_options(
     return options, None
 
 
+def _open_learner(learn: bool | TemplateLearner) -> TemplateLearner | None:
+    if isinstance(learn, TemplateLearner):
+        return learn
+    return TemplateLearner() if learn else None
+
+
 def _streams(kwargs: dict[str, Any]) -> bool:
     return kwargs.get("stream") is True
 
@@ -251,24 +258,57 @@ class _Base:
         recorder: Recorder | str | os.PathLike[str] | None = None,
         templates: Templates | None = None,
         default_agent: str = "",
+        learn_templates: bool | TemplateLearner = False,
     ) -> None:
         self._client = client
         self.cache: SemanticCache = _open_cache(cache, embedder, config)
         self.recorder: Recorder | None = _open_recorder(recorder)
         self.templates: TemplateSet | None = _open_templates(templates)
         self.default_agent = default_agent
+        self.learner: TemplateLearner | None = _open_learner(learn_templates)
+        self._described: set[str] = set()
 
     def file_prompt(self, prompt: Prompt) -> CacheOptions | None:
         """The options a call without ``cache=`` is filed under (its prompt recognised by
-        ``templates``); ``None`` when it is not cached, counted as ``unrecognised`` when the
-        client has templates. For every intercepted resource (see ``chat_prompt``)."""
-        if self.templates is None:
+        ``templates``, else learned by ``learn_templates``); ``None`` when it is not cached,
+        counted as ``unrecognised`` when the client has templates, as ``learning`` when the
+        learner passed it through. For every intercepted resource (see ``chat_prompt``)."""
+        if self.templates is None and self.learner is None:
             return None
         options, reason = recognised_options(self.templates, prompt, self.default_agent)
+        if options is None and self.learner is not None and not isinstance(prompt, str):
+            # Declared templates first; what they do not recognise is learned from.
+            options = self.learner.options(*prompt, self.default_agent)
+            if options is None:
+                self.cache.ledger.add(UNTABLED_KEY, {"learning": 1})
+                return None
+            self._describe(options)
+            return options
         if options is None:
             logger.debug("not cached: %s", reason)
             self.cache.ledger.add(UNTABLED_KEY, {"unrecognised": 1})
         return options
+
+    def peek_prompt(self, prompt: Prompt) -> tuple[CacheOptions | None, str | None]:
+        """The options a call without ``cache=`` would be filed under, learning and counting
+        nothing, or ``None`` and why not."""
+        options, reason = recognised_options(self.templates, prompt, self.default_agent)
+        if options is None and self.learner is not None and not isinstance(prompt, str):
+            options = self.learner.recognise(*prompt, self.default_agent)
+            if options is None:
+                reason = "no learned template recognised: its template is still being learned"
+        return options, reason
+
+    def _describe(self, options: CacheOptions) -> None:
+        # A learned template's text, written once per process into the cache's counters, so
+        # that stats() and the proxy's /metrics can show it beside its tables.
+        if options.category in self._described or self.learner is None:
+            return
+        self._described.add(options.category)
+        for learned in self.learner.templates():
+            if learned.name == options.category:
+                name = f"{LEARNED_PREFIX}{learned.name}:{learned.shown()}"
+                self.cache.ledger.add(UNTABLED_KEY, {name: 1.0})
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for attributes this wrapper does not define: delegate to the client.
@@ -286,6 +326,7 @@ class _Base:
             recorder=self.recorder,
             templates=self.templates,
             default_agent=self.default_agent,
+            learn_templates=self.learner if self.learner is not None else False,
         )
 
     def close(self) -> None:
@@ -470,13 +511,13 @@ def _recognition_reason(
 ) -> str | None:
     if kwargs.get("cache") is not None:
         return None
-    return recognised_options(owner.templates, prompt(kwargs), owner.default_agent)[1]
+    return owner.peek_prompt(prompt(kwargs))[1]
 
 
 def _recognised_for(
     owner: _Base, kwargs: Mapping[str, Any], prompt: Callable[[Mapping[str, Any]], Prompt]
 ) -> CacheOptions | None:
-    return recognised_options(owner.templates, prompt(kwargs), owner.default_agent)[0]
+    return owner.peek_prompt(prompt(kwargs))[0]
 
 
 def _responses_bypass(kwargs: dict[str, Any], *, streams_cached: bool) -> bool:
@@ -624,7 +665,10 @@ class CachedLLM(_Base):
     (default: ``$LLMCACHE_DIR`` or ``./.llmcache``). ``config`` is a :class:`CacheConfig` or
     the path of a file :meth:`CacheConfig.from_file` reads (``python -m llmcache tune``
     writes one). ``recorder`` (a path or :class:`Recorder`) appends every cached call to a
-    JSONL dataset.
+    JSONL dataset. A call without ``cache=`` is filed by ``templates`` (declared prompt
+    templates) when they recognise it, else, with ``learn_templates=True`` (or a
+    :class:`~llmcache.templates.TemplateLearner` to share), by a template learned from the
+    traffic once it is learned with confidence; until then it passes through, counted.
     """
 
     @cached_property

@@ -91,7 +91,7 @@ _SEP = "\x00"
 SIGNATURE_TOKENS = 2
 #: A template learned from more than one prompt keeps at least this share of its fixed words
 #: when a prompt joins it (what it loses were words that happened to recur in a slot).
-KEEP_SHARE = 0.8
+KEEP_SHARE = 0.67
 #: A prompt joins a template only when the words they share are at least this share of the
 #: prompt's words (and of the first prompt's, for a template seen once): so two templates are
 #: taken for one only when a block they share is most of both their prompts.
@@ -176,11 +176,14 @@ def _signatures(tokens: list[str]) -> tuple[list[tuple[str, ...]], list[tuple[st
     return heads, tails
 
 
-def _merge(template: list[_Element], tokens: list[str]) -> tuple[list[_Element], int]:
+def _merge(
+    template: list[_Element], tokens: list[_Element] | list[str]
+) -> tuple[list[_Element], int]:
     """The template both share (their matching blocks in order, gaps elsewhere) and the fixed
-    words it keeps. A block of white space alone is not kept: it would split a slot of several
-    words at a space that happened to match. (A full stop or colon is kept: it may be all that
-    stands between two slots, and one that matched by chance goes at the next prompt.)"""
+    words it keeps: of a template and a prompt's tokens, or of two templates. A block of
+    white space alone is not kept: it would split a slot of several words at a space that
+    happened to match. (A full stop or colon is kept: it may be all that stands between two
+    slots, and one that matched by chance goes at the next prompt.)"""
     matcher = difflib.SequenceMatcher(None, template, tokens, autojunk=False)
     merged: list[_Element] = []
     at_t = at_p = 0
@@ -195,7 +198,8 @@ def _merge(template: list[_Element], tokens: list[str]) -> tuple[list[_Element],
             merged.extend(block)
             kept += _words(block)
             at_t, at_p = i + n, j + n
-    return merged, kept
+    # Two templates' slots may meet: one slot.
+    return [e for k, e in enumerate(merged) if e is not _GAP or merged[k - 1] is not _GAP], kept
 
 
 def _runs(elements: list[_Element]) -> tuple[list[str], bool, bool]:
@@ -336,9 +340,11 @@ class TemplateLearner:
                 for f in frozen
             ]
 
-    def __len__(self) -> int:
-        """Templates held: learned and being learned."""
-        return len(self._frozen) + len(self._learning)
+    def held(self) -> int:
+        """Templates held: learned and being learned (at most ``max_templates +
+        max_learning``)."""
+        with self._lock:
+            return len(self._frozen) + len(self._learning)
 
     def export(self, folder: str | os.PathLike[str]) -> list[Path]:
         """Write each learned template as a prompt file ``<name>.txt`` in ``folder`` (made if
@@ -483,8 +489,9 @@ class TemplateLearner:
         return key
 
     def _freeze(self, key: int, template: _Template) -> None:
-        frozen = _frozen(template.elements, name_of=self._name)
         del self._learning[key]
+        self._supersede(key, template)
+        frozen = _frozen(template.elements, name_of=self._name)
         digests = {t.frozen.template.digest for t in self._frozen.values() if t.frozen}
         if frozen is None or frozen.template.digest in digests:
             # Its fixed text would read as slots in a prompt file (its calls keep passing), or
@@ -497,6 +504,34 @@ class TemplateLearner:
             old, gone = self._frozen.popitem(last=False)
             self._unindex(old, gone)
             self.evicted += 1
+
+    def _supersede(self, key: int, template: _Template) -> None:
+        """Generalise a template about to be frozen with the frozen ones it differs from only
+        a little (``KEEP_SHARE``), which it then replaces: an agent whose calls came in a
+        burst froze a template with its name as fixed text, and the next agent's calls made
+        another; together they are one template whose name slot partitions its table."""
+        head, tail = _keys(template.elements)
+        near = set(self._others)
+        for index, sig in ((self._heads, head), (self._tails, tail)):
+            if sig is not None:
+                near.update(index.get(sig, ()))
+        for other in sorted(near):
+            old = self._frozen.get(other)
+            if old is None:
+                continue
+            merged, kept = _merge(old.elements, template.elements)
+            most = max(_words(old.elements), _words(template.elements))
+            slots = sum(1 for e in merged if e is _GAP)
+            if kept < max(KEEP_SHARE * most, MIN_WORDS) or slots > MAX_SLOTS:
+                continue
+            if (_SEP in template.elements) != (_SEP in merged):
+                continue
+            del self._frozen[other]
+            self._unindex(other, old)
+            self._unindex(key, template)
+            template.elements = merged
+            template.bag = _bag(merged)
+            self._index(key, template)
 
     @staticmethod
     def _name(digest: str) -> str:

@@ -121,11 +121,53 @@ def info_stats_key(info: CallInfo) -> str:
 UNTABLED_KEY = "untabled"
 
 
-def untabled_counts(counters: Mapping[str, Mapping[str, float]]) -> dict[str, int]:
-    """The counters of calls that reached no table (``unrecognised``), as :class:`CacheStats`
-    fields."""
+#: A learned template's description among the untabled counters:
+#: ``max_learned:<name>:<its fixed text, shortened>`` (``max_``: written once however often).
+LEARNED_PREFIX = "max_learned:"
+
+
+class LearnedTemplateStats(BaseModel):
+    """A template learned from the traffic (``CachedLLM(learn_templates=True)``): its name (its
+    tables' category), its fixed text shortened, its slots with their roles as its tables
+    learned them, and the calls and hits of its tables."""
+
+    name: str
+    text: str
+    #: Slots that partition (whose call it is: never embedded), and those embedded.
+    partition_slots: list[str] = Field(default_factory=list)
+    embedded_slots: list[str] = Field(default_factory=list)
+    calls: int = 0
+    hits: int = 0
+
+
+def untabled_counts(counters: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """The counters of calls that reached no table (``unrecognised``, ``learning``) and the
+    learned templates with their tables' figures, as :class:`CacheStats` fields."""
     untabled = counters.get(UNTABLED_KEY, {})
-    return {"unrecognised": int(untabled.get("unrecognised", 0))}
+    learned: dict[str, LearnedTemplateStats] = {}
+    for name in untabled:
+        if name.startswith(LEARNED_PREFIX):
+            template, _, text = name[len(LEARNED_PREFIX) :].partition(":")
+            learned.setdefault(template, LearnedTemplateStats(name=template, text=text))
+    for key, c in counters.items():
+        if key == UNTABLED_KEY or not learned:
+            continue
+        category, agent, _, pkey = _stats_parts(key)
+        # A namespaced proxy key's tables are "<namespace>/<name>".
+        found = learned.get(category.rpartition("/")[2])
+        if found is None or pkey.startswith("pool:"):
+            continue
+        found.calls += int(c.get("lookups", 0) + c.get("collects", 0) + c.get("bypasses", 0))
+        found.hits += int(c.get("hits", 0))
+        parts = partitions_from_counters(c, shared=not agent)
+        found.partition_slots = sorted({*found.partition_slots, *parts})
+        embedded = embedded_from_counters(c, shared=not agent) or ()
+        found.embedded_slots = sorted({*found.embedded_slots, *embedded} - set(parts))
+    return {
+        "unrecognised": int(untabled.get("unrecognised", 0)),
+        "learning": int(untabled.get("learning", 0)),
+        "learned": sorted(learned.values(), key=lambda t: -t.calls),
+    }
 
 
 def _stats_key(category: str, agent: str, model: str, key: str) -> str:
@@ -389,6 +431,11 @@ class CacheStats(BaseModel):
     #: Calls without cache options whose prompt matched no template, or more than one (with
     #: ``CachedLLM(..., templates=...)``): sent to the wrapped client uncached, in no table.
     unrecognised: int = 0
+    #: Calls without cache options that a template learner (``learn_templates=True``) passed
+    #: through uncached: their template was still being learned (or they fit none).
+    learning: int = 0
+    #: The templates learned from the traffic, most called first.
+    learned: list[LearnedTemplateStats] = Field(default_factory=list)
     limits: Limits | None = None
     entries: int | None = None
     bytes: int | None = None
@@ -503,6 +550,22 @@ class CacheStats(BaseModel):
             lines.append(
                 f"unrecognised: {self.unrecognised} calls matched no template (or more than "
                 "one) and went to the LLM uncached"
+            )
+        if self.learned or self.learning:
+            # Only when templates are learned: the table above stays the whole output otherwise.
+            lines.append(
+                f"{'learned template':<26} {'calls':>7} {'hits':>6} partitioning slots; "
+                "embedded slots; fixed text"
+            )
+            for learned in self.learned:
+                parts = ", ".join(learned.partition_slots) or "-"
+                lines.append(
+                    f"{learned.name[:26]:<26} {learned.calls:>7} {learned.hits:>6} {parts}; "
+                    f"{', '.join(learned.embedded_slots) or '-'}; {learned.text}"
+                )
+            lines.append(
+                f"learning: {self.learning} calls passed through uncached while their template "
+                "was being learned"
             )
         if self.limits is not None and self.limits.bounded:
             # Only for a bounded cache: the table above stays the whole output otherwise.

@@ -1,0 +1,314 @@
+"""Templates learned from the traffic (llmcache.templates.TemplateLearner): recovered from
+prompts of random templates across agents, passed through until learned, bounded, exported
+as prompt files, and used by CachedLLM(learn_templates=True) and the proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llmcache import AsyncCachedLLM, CachedLLM, SemanticCache
+from llmcache._learn import CONFIDENT_CALLS
+from llmcache._slots import SlotBook, exact_differs
+from llmcache.templates import TemplateLearner, TemplateSet
+from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, HashEmbedder
+
+# Fixed text and slot values share a few common words, as prose does.
+COMMON = ["the", "a", "of", "and", "is", "to", "in"]
+FIXED = [f"word{i}" for i in range(400)] + ["Rate", "memory", "Answer", "JSON", "scale"]
+VALUES = [f"value{i}" for i in range(600)]
+SEPARATORS = [" ", "\n", ": ", ".\n", ". "]
+
+
+def _template(rng: random.Random) -> tuple[list[str], list[str]]:
+    """A random template: its fixed pieces and its slots' kinds (one is the agent's name).
+    Its fixed text outweighs its slot values (the learner's premise: see llmcache/_learn.py)."""
+    slots = rng.randint(1, 3)
+    pieces = []
+    for _ in range(slots + 1):
+        words = [rng.choice(FIXED + COMMON) for _ in range(rng.randint(4, 10))]
+        pieces.append(" ".join(words) + rng.choice(SEPARATORS))
+    if rng.random() < 0.25:
+        pieces[0] = ""  # it begins with a slot
+    kinds = ["agent"] + ["query"] * (slots - 1)
+    rng.shuffle(kinds)
+    return pieces, kinds
+
+
+def _fill(rng: random.Random, template: tuple[list[str], list[str]], agent: str) -> str:
+    pieces, kinds = template
+    text = pieces[0]
+    for kind, piece in zip(kinds, pieces[1:], strict=True):
+        if kind == "agent":
+            value = agent
+        else:
+            value = " ".join(rng.choice(VALUES + COMMON) for _ in range(rng.randint(1, 4)))
+        # A slot's value is its own word: the learner splits prompts at word boundaries.
+        text += value + ("" if piece[:1] in ":. \n" else " ") + piece
+    return text.strip()
+
+
+def _stream(seed: int, templates: int, agents: int, calls: int) -> list[tuple[int, str, str]]:
+    """(generating template, agent, prompt) of calls interleaved across templates and agents."""
+    rng = random.Random(seed)
+    made = [_template(rng) for _ in range(templates)]
+    names = [f"Agent{i} Surname{i}" for i in range(agents)]
+    weights = [rng.random() + 0.2 for _ in made]
+    out = []
+    for _ in range(calls):
+        i = rng.choices(range(templates), weights)[0]
+        agent = rng.choice(names)
+        out.append((i, agent, _fill(rng, made[i], agent)))
+    return out
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    templates=st.integers(2, 12),
+    agents=st.integers(2, 6),
+    calls=st.integers(250, 500),
+)
+def test_random_templates_are_recovered_pure_and_agents_never_crossed(
+    seed: int, templates: int, agents: int, calls: int
+) -> None:
+    learner = TemplateLearner()
+    stream = _stream(seed, templates, agents, calls)
+    filed: dict[int, Counter[str]] = defaultdict(Counter)
+    sources: dict[str, Counter[int]] = defaultdict(Counter)
+    # The tables' slot roles, learned as the cache learns them; a crossing is a call that an
+    # earlier call of another agent in its table could answer (no exact slot tells them apart).
+    book = SlotBook(dict, lambda key, delta: None)
+    stored: dict[str, list[tuple[str, dict[str, str]]]] = defaultdict(list)
+    crossings = 0
+    for source, agent, prompt in stream:
+        options = learner.options(prompt)
+        if options is None:
+            continue
+        assert options.template is not None and options.slots is not None
+        filed[source][options.template] += 1
+        sources[options.template][source] += 1
+        table = f"{options.template}/{options.agent}"
+        _, matched = book.choose(table, options.slots, frozenset(), shared=not options.agent)
+        crossings += sum(
+            1
+            for other, slots in stored[table]
+            if other != agent and not exact_differs(options.slots, matched, slots)
+        )
+        stored[table].append((agent, options.slots))
+    assert crossings == 0
+    mixed = sum(sum(c.values()) - max(c.values()) for c in sources.values())
+    assert mixed <= 0.01 * sum(sum(c.values()) for c in sources.values())  # purity >= 99%
+    made = Counter(source for source, _, _ in stream)
+    for source, n in made.items():
+        if n < 20:
+            continue
+        # Of the calls filed, 95% under one template, where the template's first calls came
+        # from several agents: a burst of one agent's calls makes a template of that agent
+        # (its name fixed text), replaced once another agent's is learned (test below).
+        if not _burst([agent for s, agent, _ in stream if s == source][:30]):
+            assert max(filed[source].values()) >= 0.95 * sum(filed[source].values())
+        # Learned, it recognises 95% of all of them under one template.
+        again = Counter(
+            o.template if (o := learner.recognise(p)) else None for s, _, p in stream if s == source
+        )
+        best = max((k for k in again if k is not None), key=again.__getitem__)
+        assert again[best] >= 0.95 * n
+
+
+def _burst(agents: list[str]) -> bool:
+    """Whether one agent made more calls in a row than a template needs to be learned."""
+    run = longest = 0
+    for k, agent in enumerate(agents):
+        run = run + 1 if k and agent == agents[k - 1] else 1
+        longest = max(longest, run)
+    return longest > CONFIDENT_CALLS
+
+
+IMPORTANCE = (
+    "On the scale of 1 to 10, where 1 is purely mundane and 10 is extremely poignant, rate "
+    "the likely poignancy of the following piece of memory for {agent}. Respond with a single "
+    "integer.\nMemory: {memory}\nRating:"
+)
+MEMORIES = [
+    f"{a} {b}"
+    for a in ("the stove", "a letter", "the dog", "rain")
+    for b in ("is on", "came", "barks")
+]
+
+
+def _importance(agent: str, memory: str) -> str:
+    return IMPORTANCE.format(agent=agent, memory=memory)
+
+
+def _learned(learner: TemplateLearner, agents: tuple[str, ...] = ("Ann", "Bob")) -> None:
+    for i in range(40):
+        learner.options(_importance(agents[i % len(agents)], MEMORIES[i % len(MEMORIES)]))
+
+
+def test_calls_pass_through_until_the_template_is_learned_with_confidence() -> None:
+    learner = TemplateLearner()
+    answers = [learner.options(_importance("Ann", m)) for m in MEMORIES[:3]]
+    assert answers == [None, None, None] and learner.passed == 3
+    assert learner.templates() == []
+    _learned(learner)
+    options = learner.options(_importance("Cleo", "a new memory"))
+    assert options is not None and options.category.startswith("learned_")
+    assert options.slots == {"slot_1": "Cleo", "slot_2": "a new memory"}
+    (learned,) = learner.templates()
+    assert learned.text == IMPORTANCE.format(agent="{slot_1}", memory="{slot_2}")
+    assert learned.slots == ("slot_1", "slot_2") and learned.calls >= 1
+    # A prompt of another text is never filed under it; recognise() learns nothing.
+    assert learner.options("Summarise the day of Ann in one line.") is None
+    assert learner.recognise(_importance("Dan", "x")) == learner.options(_importance("Dan", "x"))
+    passed = learner.passed
+    assert learner.recognise("something else") is None and learner.passed == passed
+
+
+def test_a_prompt_is_filed_only_once_its_template_was_stable_for_several_calls() -> None:
+    learner = TemplateLearner(confident_calls=CONFIDENT_CALLS)
+    filed_at = None
+    for i in range(60):
+        if learner.options(_importance("Ann" if i % 2 else "Bob", f"memory {i} here")):
+            filed_at = i
+            break
+    # The first two prompts make the template, then CONFIDENT_CALLS join it unchanged.
+    assert filed_at is not None and filed_at >= CONFIDENT_CALLS + 1
+
+
+def test_a_burst_of_one_agent_is_generalised_once_another_agents_template_is_learned() -> None:
+    learner = TemplateLearner()
+    early = [learner.options(_importance("Ann", f"{VALUES[i]} {VALUES[i + 9]}")) for i in range(9)]
+    early += [learner.options(_importance("Ann", VALUES[i])) for i in range(11)]
+    late = [learner.options(_importance("Bob", f"{VALUES[i + 100]} today")) for i in range(20)]
+    ann = {o.template for o in early if o is not None}
+    bob = [o for o in late if o is not None]
+    assert len(ann) == 1 and bob  # Ann's burst made a template of Ann's
+    # Once Bob's was learned it replaced Ann's: one template, its name slot a slot.
+    (learned,) = learner.templates()
+    assert learned.text == IMPORTANCE.format(agent="{slot_1}", memory="{slot_2}")
+    for agent in ("Ann", "Bob", "Cleo"):
+        found = learner.recognise(_importance(agent, "x"))
+        assert found is not None and found.template == learned.digest
+        assert found.slots is not None and found.slots["slot_1"] == agent
+    assert ann != {learned.digest}
+
+
+def test_memory_is_bounded_and_the_least_recently_used_go_first() -> None:
+    learner = TemplateLearner(max_templates=3, max_learning=4)
+    rng = random.Random(1)
+    for k in range(12):
+        fixed = " ".join(rng.choice(FIXED) for _ in range(12))
+        for i in range(CONFIDENT_CALLS + 3):
+            learner.options(f"{fixed} Event: event number {i} of {k}")
+        assert learner.held() <= 3 + 4
+    assert len(learner.templates()) == 3 and learner.evicted > 0
+    with pytest.raises(ValueError):
+        TemplateLearner(max_templates=0)
+
+
+def test_exported_templates_recognise_the_same_prompts_into_the_same_tables(
+    tmp_path: Path,
+) -> None:
+    learner = TemplateLearner()
+    _learned(learner)
+    learner.options("You are a helpful assistant. Answer briefly.")  # not learned: not written
+    (path,) = learner.export(tmp_path / "learned")
+    templates = TemplateSet.from_folder(tmp_path / "learned")
+    for agent, memory in (("Ann", "the stove is on"), ("Zoe", "a brand new memory")):
+        prompt = _importance(agent, memory)
+        found = templates.recognise(prompt)
+        assert found.filled is not None
+        pinned = found.filled.cache_options()
+        learned = learner.recognise(prompt)
+        assert learned is not None and path.stem == learned.category
+        assert (pinned.template, pinned.category, pinned.slots) == (
+            learned.template,
+            learned.category,
+            learned.slots,
+        )
+
+
+def _client(tmp_path: Path, **kw: Any) -> tuple[CachedLLM, FakeOpenAI]:
+    fake = FakeOpenAI()
+    cache = SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64))
+    return CachedLLM(fake, cache=cache, **kw), fake
+
+
+def _user(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_cached_llm_learns_templates_and_files_a_repeated_prompt_as_a_hit(
+    tmp_path: Path,
+) -> None:
+    client, fake = _client(tmp_path, learn_templates=True)
+    create = client.chat.completions.create
+    for i in range(40):
+        create(model="m", messages=_user(_importance(("Ann", "Bob")[i % 2], VALUES[i])))
+    assert len(fake.calls) == 40  # each a new memory: learned or not, each went to the model
+    ask = client.chat.completions.create_with_info
+    _, first = ask(model="m", messages=_user(_importance("Ann", "the kettle sings")))
+    _, again = ask(model="m", messages=_user(_importance("Ann", "the kettle sings")))
+    assert (first.outcome, again.outcome) == ("miss", "hit")
+    assert again.category is not None and again.category.startswith("learned_")
+    # Another agent's same memory is never served Ann's answer (its name slot partitions).
+    _, bob = ask(model="m", messages=_user(_importance("Bob", "the kettle sings")))
+    assert bob.outcome == "miss"
+    stats = client.cache.stats()
+    assert stats.learning > 0 and stats.unrecognised == 0
+    (learned,) = stats.learned
+    assert learned.name == again.category and learned.hits == 1 and learned.calls >= 3
+    assert "slot_1" in learned.partition_slots
+    assert learned.text.startswith("On the scale of 1 to 10")
+    assert "learned template" in stats.render() and learned.name in stats.render()
+    # A copy shares the learner; without the switch nothing is learned or counted.
+    assert client.with_cache(mode="online").learner is client.learner
+    plain, _ = _client(tmp_path / "plain")
+    assert plain.learner is None
+    plain.chat.completions.create(model="m", messages=_user(_importance("Ann", "x")))
+    assert plain.cache.stats().learning == 0
+
+
+def test_declared_templates_win_over_learned_ones(tmp_path: Path) -> None:
+    from llmcache import PromptTemplate
+
+    declared = PromptTemplate(name="importance", text=IMPORTANCE)
+    client, _ = _client(tmp_path, templates=[declared], learn_templates=True)
+    for i in range(30):
+        options = client.chat.completions.cache_options_for(
+            model="m", messages=_user(_importance("Ann", MEMORIES[i % len(MEMORIES)]))
+        )
+        assert options is not None and options.category == "importance"
+        client.chat.completions.create(
+            model="m", messages=_user(_importance("Ann", MEMORIES[i % len(MEMORIES)]))
+        )
+    assert client.learner is not None and client.learner.templates() == []
+
+
+def test_the_async_client_learns_too(tmp_path: Path) -> None:
+    cache = SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64))
+    client = AsyncCachedLLM(AsyncFakeOpenAI(), cache=cache, learn_templates=True)
+
+    async def run() -> list[str]:
+        for i in range(40):
+            await client.chat.completions.create(
+                model="m",
+                messages=_user(_importance(("Ann", "Bob")[i % 2], MEMORIES[i % len(MEMORIES)])),
+            )
+        outcomes = []
+        for _ in range(2):
+            _, info = await client.chat.completions.create_with_info(
+                model="m", messages=_user(_importance("Bob", "a quiet evening"))
+            )
+            outcomes.append(info.outcome)
+        return outcomes
+
+    assert asyncio.run(run()) == ["miss", "hit"]
