@@ -377,6 +377,13 @@ class _CompletionsBase(_Delegating):
         its prompt by the client's templates (``None``: not recognised, or no templates)."""
         return _recognised_for(self._owner, kwargs, chat_prompt)
 
+    def file_call(self, **kwargs: Any) -> CacheOptions | None:
+        """What ``create(**kwargs)`` does first: the options it files a call without
+        ``cache=`` under (recognised, or learned from its prompt), counting it as ``create``
+        would; ``None``: it passes through. A caller that sends it on must not file it again
+        (``cache=False``)."""
+        return self._options(dict(kwargs))
+
     def _options(self, kwargs: dict[str, Any]) -> CacheOptions | None:
         options = _pop_options(kwargs)
         if options is False or chat_bypass_reason(kwargs) is not None:
@@ -424,6 +431,13 @@ class _ResponsesBase(_Delegating):
         """The options ``create(**kwargs)`` without ``cache=`` is filed under: recognised from
         its prompt by the client's templates (``None``: not recognised, or no templates)."""
         return _recognised_for(self._owner, kwargs, responses_prompt)
+
+    def file_call(self, **kwargs: Any) -> CacheOptions | None:
+        """What ``create(**kwargs)`` does first: the options it files a call without
+        ``cache=`` under (recognised, or learned from its prompt), counting it as ``create``
+        would; ``None``: it passes through. A caller that sends it on must not file it again
+        (``cache=False``)."""
+        return self._options(dict(kwargs), "create")
 
     def _options(self, kwargs: dict[str, Any], method: str) -> CacheOptions | None:
         options = _pop_options(kwargs)
@@ -473,6 +487,13 @@ class _LegacyBase(_Delegating):
         """The options ``create(**kwargs)`` without ``cache=`` is filed under (see
         :meth:`_CompletionsBase.cache_options_for`)."""
         return _recognised_for(self._owner, kwargs, completions_prompt)
+
+    def file_call(self, **kwargs: Any) -> CacheOptions | None:
+        """What ``create(**kwargs)`` does first: the options it files a call without
+        ``cache=`` under (recognised, or learned from its prompt), counting it as ``create``
+        would; ``None``: it passes through. A caller that sends it on must not file it again
+        (``cache=False``)."""
+        return self._options(dict(kwargs))
 
     def _options(self, kwargs: dict[str, Any]) -> CacheOptions | None:
         options = _pop_options(kwargs)

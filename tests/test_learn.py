@@ -312,3 +312,52 @@ def test_the_async_client_learns_too(tmp_path: Path) -> None:
         return outcomes
 
     assert asyncio.run(run()) == ["miss", "hit"]
+
+
+def test_the_proxy_learns_templates_behind_its_switch(tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    from proxy_support import FakeUpstream, in_process_client
+    from starlette.testclient import TestClient
+
+    from llmcache.proxy import ProxyKey, ProxySettings, create_app
+    from llmcache.proxy._cli import _parser, _settings
+
+    key = "sk-proxy-learner-0001"
+    auth = {"Authorization": f"Bearer {key}"}
+
+    def served(learn: bool, folder: str) -> tuple[list[str], str, FakeUpstream]:
+        fake = FakeUpstream()
+        cache = SemanticCache(tmp_path / folder, embedder=HashEmbedder(dim=64))
+        settings = ProxySettings(keys=(ProxyKey.parse(key),), learn_templates=learn)
+        app = create_app(settings, upstream=in_process_client(fake), cache=cache)
+        outcomes = []
+        with TestClient(app) as http:
+            for i in range(43):
+                # 40 memories to learn from, then one asked twice by Ann, then by Bob.
+                memory = VALUES[i] if i < 40 else "the kettle sings"
+                agent = ("Ann", "Bob")[i % 2] if i < 40 else ("Ann", "Ann", "Bob")[i - 40]
+                body = {"model": "m", "messages": _user(_importance(agent, memory))}
+                reply = http.post("/v1/chat/completions", json=body, headers=auth)
+                assert reply.status_code == 200
+                outcomes.append(reply.headers["x-llmcache"])
+            page = http.get("/metrics", headers=auth).text
+        return outcomes, page, fake
+
+    outcomes, page, fake = served(True, "on")
+    assert outcomes[:2] == ["pass", "pass"] and outcomes[-3:] == ["miss", "hit", "miss"]
+    assert len(fake.calls()) == 42  # each learned from once, Ann's repeat answered
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+    }
+    calls = [k for k in samples if k[0] == "llmcache_learned_template_calls_total"]
+    assert len(calls) == 1 and samples[calls[0]] >= 2
+    assert dict(calls[0][1])["text"].startswith("On the scale of 1 to 10")
+    passed = samples[("llmcache_learning_passed_total", ())]
+    assert passed == outcomes.count("pass") and passed >= CONFIDENT_CALLS
+    # Off by default: every request without options passes through.
+    outcomes, _, _ = served(False, "off")
+    assert set(outcomes) == {"pass"}
+    assert _settings(_parser().parse_args(["--no-auth", "--learn-templates"])).learn_templates
+    assert not _settings(_parser().parse_args(["--no-auth"])).learn_templates

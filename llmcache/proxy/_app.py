@@ -146,6 +146,8 @@ class _Proxy:
             recognise: dict[str, Any] = {}
             if self.settings.templates is not None:
                 recognise["templates"] = self.settings.templates
+            if self.settings.learn_templates:
+                recognise["learn_templates"] = True
             self._client = AsyncCachedLLM(upstream, cache=cache, **recognise)
             logger.info(
                 "llmcache proxy: upstream %s; cache %s; %s",
@@ -240,6 +242,13 @@ class _Proxy:
         body = await self._body(request)
         options = cache_options(body, request.headers, tenant)
         kwargs = sdk_kwargs(body, endpoint)
+        if options is None and resource is not None and self.client.learner is not None:
+            # Filed here (recognised, or learned from: once), under the key's binding; one
+            # passed through is sent on without filing it again.
+            found = await asyncio.to_thread(lambda: resource.file_call(**kwargs))
+            if found is None:
+                return {**kwargs, "cache": False}, None
+            return kwargs, bind_recognised(found, tenant)
         if options is None and resource is not None and self.client.templates is not None:
             # Recognised here, not by the client's create: the key's binding must apply to
             # recognised calls as it does to named ones. One that is not recognised goes to

@@ -81,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
         help="recognise these prompt templates in requests without cache options",
     )
     parser.add_argument(
+        "--learn-templates",
+        action="store_true",
+        help="learn prompt templates from requests without cache options and cache their "
+        "calls once a template is learned (off by default: a prompt passes through until its "
+        "template has been seen several times, and answers are only as safe as its slots)",
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         help="a CacheConfig file (JSON or TOML, e.g. written by `python -m llmcache tune`); "
@@ -137,6 +144,7 @@ def _settings(args: argparse.Namespace) -> ProxySettings:
         no_auth=args.no_auth,
         max_body_bytes=args.max_body_bytes,
         templates=args.templates,
+        learn_templates=args.learn_templates,
         config=cache_config,
         upstream_timeout=args.upstream_timeout,
         upstream_retries=args.upstream_retries,

@@ -11,7 +11,10 @@ Two kinds of figure:
   budget's estimates (wrong-hit rate, the model's self-disagreement, the excess the budget bounds,
   with the upper ends of their 95% intervals), per table the candidates the opposites gate
   refused, and per templated table the lookups each exact slot refused and the distinct
-  values of its partitioning slots.
+  values of its partitioning slots;
+- the templates learned from the traffic (``--learn-templates``): per template its calls and
+  hits, its fixed text (shortened) as a label, its slots with their roles, and the calls
+  passed through while their template was being learned.
 """
 
 from __future__ import annotations
@@ -162,6 +165,42 @@ def _slot_figures(tables: list[TableStats]) -> Iterator[Metric]:
     yield parts
 
 
+def _learned_figures(stats: CacheStats) -> Iterator[Metric]:
+    """The learned templates (see the module's docstring)."""
+    labels = ["template", "text"]
+    calls = CounterMetricFamily(
+        "llmcache_learned_template_calls",
+        "Calls filed under a template learned from the traffic, with its fixed text",
+        labels=labels,
+    )
+    hits = CounterMetricFamily(
+        "llmcache_learned_template_hits",
+        "Calls a learned template's tables answered from the cache",
+        labels=labels,
+    )
+    slots = GaugeMetricFamily(
+        "llmcache_learned_template_slot",
+        "A learned template's slot and its role (partition: whose call it is, exact, never "
+        "embedded; embedded: what is asked)",
+        labels=["template", "slot", "role"],
+    )
+    for t in stats.learned:
+        calls.add_metric([t.name, t.text], float(t.calls))
+        hits.add_metric([t.name, t.text], float(t.hits))
+        for slot in t.partition_slots:
+            slots.add_metric([t.name, slot, "partition"], 1.0)
+        for slot in t.embedded_slots:
+            slots.add_metric([t.name, slot, "embedded"], 1.0)
+    yield calls
+    yield hits
+    yield slots
+    yield CounterMetricFamily(
+        "llmcache_learning_passed",
+        "Calls without cache options passed through uncached while their template was learned",
+        value=float(stats.learning),
+    )
+
+
 class _CacheCollector(Collector):
     """Reads the cache's counters at each scrape (see the module's docstring)."""
 
@@ -196,6 +235,7 @@ class _CacheCollector(Collector):
                 refused.add_metric([t.category, t.agent, t.model, t.key], t.refused_opposites)
         yield refused
         yield from _slot_figures(stats.tables)
+        yield from _learned_figures(stats)
 
 
 class ProxyMetrics:

@@ -132,10 +132,11 @@ class ProxySettings(BaseModel):
     client's own. ``worker_threads`` bounds how many cached calls run at once (each runs the
     synchronous cache core in a thread, and holds it while its miss waits for the upstream).
     ``templates`` names a directory of prompt templates to recognise in requests that carry no
-    cache options, where the library offers recognition. ``config`` is the cache's own
-    configuration (threshold, wrong-hit budget, bounds ...). ``cors_origins`` lets web pages
-    of those origins call the proxy from a browser (and read its ``X-LLMCache`` headers);
-    none by default.
+    cache options, where the library offers recognition; ``learn_templates`` learns the
+    templates of such requests from the traffic instead (declared ones win). ``config`` is
+    the cache's own configuration (threshold, wrong-hit budget, bounds ...). ``cors_origins``
+    lets web pages of those origins call the proxy from a browser (and read its
+    ``X-LLMCache`` headers); none by default.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -151,6 +152,7 @@ class ProxySettings(BaseModel):
     upstream_retries: int = Field(default=2, ge=0)
     worker_threads: int = Field(default=64, ge=1)
     templates: Path | None = None
+    learn_templates: bool = False
     config: CacheConfig = Field(default_factory=CacheConfig)
     cors_origins: tuple[str, ...] = ()
 
