@@ -266,8 +266,10 @@ class Figures(BaseModel):
     near_wrong: int = 0
     # The one-sided 95% upper bound of the expected excess of everything served, in points,
     # identical hits counted at their excess of 0 and near neighbours at their own bound
-    # (docs/promise.md): what ``tune`` keeps within δ on its check part.
+    # (docs/promise.md): what ``tune`` keeps within δ on its check part; ``expected`` is its
+    # estimate, the near neighbours' excess weighted by their share (what tune chooses by).
     bound: float | None = None
+    expected: float | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -288,6 +290,7 @@ class Figures(BaseModel):
             "near_served": self.near_served,
             "near_wrong": self.near_wrong,
             "bound": self.bound,
+            "expected": self.expected,
         }
 
 
@@ -346,19 +349,22 @@ def figures(
         return out
     near = [r for r in served if not r.identical]
     near_wrong = sum(1 for r in near if not r.acceptable)
+    bound = expected = 0.0
     if near:
         # Newcombe's one-sided 95% bound of the near neighbours' excess over every recorded
-        # pair's disagreement, weighted by their share of what was served.
+        # pair's disagreement, weighted by their share of what was served; the estimate alike.
+        share = len(near) / len(served)
         near_high = excess_interval(near_wrong, len(near), pairs - agree, pairs, _Z_ONE_SIDED)[1]
-        bound = 100 * max(0.0, near_high) * len(near) / len(served)
-    else:
-        bound = 0.0
+        bound = 100 * max(0.0, near_high) * share
+        disagreement = (pairs - agree) / pairs if pairs else 0.0
+        expected = 100 * (near_wrong / len(near) - disagreement) * share
     out = out.model_copy(
         update={
             "identical": len(served) - len(near),
             "near_served": len(near),
             "near_wrong": near_wrong,
             "bound": bound,
+            "expected": expected,
         }
     )
     rate = wrong / len(served)

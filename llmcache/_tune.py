@@ -5,8 +5,9 @@ part of a recording and confirmed on the rest.
 Every candidate setting is one replay of the whole recording (:func:`~llmcache.replay.replay`:
 the live cache, the recording as the model); each call is counted in the *tune* part (earlier
 calls, or some agents) or the *check* part (the rest). The tune part chooses, the check part
-bounds. Per category, candidates whose tune-part excess is at most δ (its estimate: with a few
-hundred calls a part's 95% bound is ten points wide or more, too wide to choose by) are taken
+bounds. Per category, candidates whose tune-part expected excess is at most δ (its estimate,
+answers to the very same prompt at 0: with a few hundred calls a part's 95% bound is ten points
+wide or more, too wide to choose by) are taken
 in order of their tune-part cost cut; the first whose check-part *expected* excess has a
 one-sided 95% bound at most δ (and which cuts cost there) is chosen, answers to the very same
 prompt counted at their excess of 0 (the model's own answers; docs/promise.md). At most
@@ -208,8 +209,10 @@ def _within(f: Figures, delta: float) -> bool:
 
 
 def _estimated_within(f: Figures, delta: float) -> bool:
-    """Whether the estimated excess is at most δ (what the tune part must show)."""
-    return f.served > 0 and f.excess is not None and f.excess <= 100 * delta
+    """Whether the estimated expected excess is at most δ (what the tune part must show):
+    answers to the very same prompt at their excess of 0, near neighbours at their own
+    estimate, by their share (:attr:`Figures.expected`)."""
+    return f.served > 0 and f.expected is not None and f.expected <= 100 * delta
 
 
 def select(
