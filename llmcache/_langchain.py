@@ -13,7 +13,8 @@ templates, if any, else by the learner (``TemplateLearner.options``); anything e
 prompt neither files, passes through: a miss that is not stored, counted in
 ``stats().unrecognised``. ``llm_string`` (the model and its parameters, as LangChain writes
 them) is keyed the way a request's output-affecting parameters are: two models, or one model
-at two temperatures, never share a table. Only the answer's text is stored, and given back as
+at two temperatures, never share a table; where the model is reached (its base URL, its key's
+name) is not keyed, as a client's never is. Only the answer's text is stored, and given back as
 one ``ChatGeneration`` (chat models) or ``Generation`` (text models).
 """
 
@@ -23,6 +24,7 @@ import ast
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -123,6 +125,32 @@ def messages_of(prompt: str) -> list[dict[str, Any]] | None:
         message.update(extra)
         messages.append(message)
     return messages
+
+
+# Where a model is reached and who pays for it, not what it answers: kept out of the table
+# key, as a client's api_key and base_url are (a local server restarted on another port, or
+# a rotated key, keeps its tables). LangChain writes a key itself only as a secret's name.
+_NOT_KEYED = re.compile(
+    r"(api_base|base_url|endpoint|api_key|organization|proxy|headers|timeout|max_retries)$"
+)
+
+
+def keyed_llm_string(llm_string: str) -> str:
+    """``llm_string`` as the table key sees it: without the fields that say where the model
+    is reached (see ``_NOT_KEYED``), when LangChain wrote it as its JSON (chat models);
+    otherwise as it is."""
+    head, sep, tail = llm_string.rpartition("---")
+    if not sep:
+        return llm_string
+    try:
+        data = json.loads(head)
+    except ValueError:
+        return llm_string
+    fields = data.get("kwargs") if isinstance(data, dict) else None
+    if not isinstance(fields, dict):
+        return llm_string
+    data["kwargs"] = {k: v for k, v in fields.items() if not _NOT_KEYED.search(k)}
+    return json.dumps(data, sort_keys=True) + sep + tail
 
 
 def model_of(llm_string: str) -> str:
@@ -280,7 +308,11 @@ class LLMCache(BaseCache):
             options = options.model_copy(update={"mode": Mode.COLLECT})
         # llm_string is keyed as a request parameter is (hashed into the table's key, never
         # stored in clear): it carries the model, its sampling parameters and its stop words.
-        kwargs = {"model": model_of(llm_string), "messages": messages, "llm_string": llm_string}
+        kwargs = {
+            "model": model_of(llm_string),
+            "messages": messages,
+            "llm_string": keyed_llm_string(llm_string),
+        }
         started = start_streamed_call(self.cache, kwargs, options, _no_model_call)
         return started, chat
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -277,3 +278,16 @@ def test_a_lookup_left_without_its_update_is_closed_not_kept(
     assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "collect"
     lc_cache.update(prompts[3], LLM_A, [Generation(text="8")])
     assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "miss"
+
+
+def test_where_the_model_is_reached_is_not_part_of_the_key(lc_cache: LLMCache) -> None:
+    # ChatOpenAI writes its base URL into llm_string: a local server restarted on another
+    # port is the same model, and keeps its tables.
+    def llm_string(base: str, temperature: float) -> str:
+        kwargs = {"model_name": "m", "openai_api_base": base, "temperature": temperature}
+        return json.dumps({"kwargs": kwargs, "lc": 1}) + "---[('stop', None)]"
+
+    prompt = _chat_prompt("Tommie", "Tommie sees a sign for a job fair")
+    lc_cache.update(prompt, llm_string("http://127.0.0.1:8001/v1", 0.0), [Generation(text="6")])
+    assert _text(lc_cache.lookup(prompt, llm_string("http://127.0.0.1:9002/v1", 0.0))) == "6"
+    assert lc_cache.lookup(prompt, llm_string("http://127.0.0.1:9002/v1", 0.5)) is None
