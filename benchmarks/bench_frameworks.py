@@ -503,13 +503,27 @@ HEADER = [
 ]
 
 
+class Progress(CallSites):
+    """CallSites that says every 10 calls how far the live run is (on stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = time.perf_counter()
+
+    def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+        super().on_llm_end(response, **kwargs)
+        if len(self.calls) % 10 == 0:
+            elapsed = time.perf_counter() - self.started
+            print(f"  {len(self.calls)} calls, {elapsed:.0f} s", file=sys.stderr, flush=True)
+
+
 def record_live(args: argparse.Namespace, embedder: Embedder) -> tuple[list[Call], float, str]:
     """Run the scenario on the local model; the calls, the seconds and the model's name."""
     from langchain_openai import ChatOpenAI
 
     from llmcache.llm import LocalServer
 
-    sites = CallSites()
+    sites = Progress()
     with LocalServer(args.model, parallel=1, ctx_per_slot=args.ctx) as server:
         llm = ChatOpenAI(
             base_url=server.base_url,
@@ -571,11 +585,17 @@ def main(argv: list[str] | None = None) -> int:
         agents = Counter(c.agent for c in calls if c.site == site)
         by_agent = ", ".join(f"{a or '?'} {k}" for a, k in agents.items())
         print(f"  {n:4d}  {site}  ({by_agent})")
-    rows = []
+    figures = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, make in paths(calls, Path(tmp), embedder, args.threshold).items():
-            rows.append(replay_path(name, calls, make, min_site_calls=args.min_site_calls).row())
-    print_table(rows, HEADER)
+            figures.append(replay_path(name, calls, make, min_site_calls=args.min_site_calls))
+    print_table([f.row() for f in figures], HEADER)
+    print("\nshare of each code site's calls filed under its most common template:")
+    sites = [s for s, n in per_site.most_common() if n >= args.min_site_calls]
+    print_table(
+        [[site] + [f"{f.site_share.get(site, 0.0):.0%}" for f in figures] for site in sites],
+        [f"code site (>= {args.min_site_calls} calls)"] + [f.path for f in figures],
+    )
     return 0
 
 
