@@ -127,6 +127,14 @@ def test_the_report_section_is_computed_from_the_run(study: ReplayStudyResult) -
     elif gain < 0:
         assert f"{-gain:.1f} points less than exact repeats alone" in text
     assert f"| keyword | exact repeats only | all | {exact.calls} | {exact.served} |" in text
+    # The check agents' serve-mode tables hold their first answer only (answers never cross
+    # tables, and serve mode stores its misses alone): serve mode is the random answer there,
+    # and the report says why rather than comparing the two.
+    assert rows["serve"].categories == rows["random"].categories
+    section = text.split("### Development bed")[1]
+    assert "keyword serve mode served what a random same-table answer did" in section
+    assert "each served its first answer to every later query" in section
+    assert "serve mode cannot be told from a random" not in section
 
 
 def test_without_the_shared_folder_the_bed_is_skipped_with_a_message(tmp_path: Path) -> None:
