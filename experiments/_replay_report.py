@@ -210,7 +210,9 @@ def _guard_lines(result: ReplayStudyResult, bed: ReplayBed) -> list[str]:
         opened = [c for c, g in prove.guards.items() if g.moved_after[0] is not None]
         lines.append(
             f"{prove.mode} mode, proving guard: cost cut {_pct(o.cost_cut)}, {o.served} of "
-            f"{o.calls} served, {o.explored} explored in the held-out run; it proved a "
+            f"{o.calls} served ({o.identical} of them answers stored for the very same "
+            f"prompt, served without a proof), {o.explored} explored in the held-out run; it "
+            "proved a "
             f"threshold for {len(opened)} of {len(prove.guards)} categories"
             + (f" ({', '.join(opened)})." if opened else ".")
         )

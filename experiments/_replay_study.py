@@ -549,7 +549,7 @@ def _guard_stories(
     """Per category, what a guard did over each seed's whole stream: its asks beside the served
     answers (audits, or explorations under the proving guard) and how many came before the
     threshold in force first rose above ``start`` (for the proving guard, before it first
-    served: its threshold stands above every cosine until a proof)."""
+    served another prompt's answer: its threshold stands above every cosine until a proof)."""
     stories: dict[str, GuardStory] = {}
     for results in seeds:
         asked: Counter[str] = Counter()
@@ -562,7 +562,10 @@ def _guard_stories(
             if audit and moved[r.category] is None and rose:
                 moved[r.category] = asked[r.category]
                 closed[r.category] = r.closed
-            if not audit and moved[r.category] is None and r.served is not None:
+            # An answer stored for the very same prompt is served at once, proof or none: the
+            # proving guard has proved a threshold only when it serves another prompt's.
+            proved = r.served is not None and not r.identical
+            if not audit and moved[r.category] is None and proved:
                 moved[r.category] = asked[r.category]
             asked[r.category] += int(r.audited if audit else r.explored)
         for category in moved:

@@ -132,6 +132,15 @@ def test_the_report_section_is_computed_from_the_run(study: ReplayStudyResult) -
     # and the report says why rather than comparing the two.
     assert rows["serve"].categories == rows["random"].categories
     section = text.split("### Development bed")[1]
+    # The proving guard's served answers, those of the very same prompt (served unproven) told.
+    prove = rows["prove"]
+    proved = [c for c, g in prove.guards.items() if g.moved_after[0] is not None]
+    assert (
+        f"keyword mode, proving guard: cost cut {100 * prove.overall.cost_cut:.1f}%, "
+        f"{prove.overall.served} of {prove.overall.calls} served ({prove.overall.identical} of "
+        "them answers stored for the very same prompt, served without a proof)"
+    ) in section
+    assert f"it proved a threshold for {len(proved)} of {len(prove.guards)} categories" in section
     assert "keyword serve mode served what a random same-table answer did" in section
     assert "each served its first answer to every later query" in section
     assert "serve mode cannot be told from a random" not in section

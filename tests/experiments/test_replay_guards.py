@@ -17,6 +17,7 @@ def _r(
     explored: bool = False,
     served: bool = False,
     closed: bool = False,
+    identical: bool = False,
 ) -> CallResult:
     return CallResult(
         index=0,
@@ -27,6 +28,7 @@ def _r(
         explored=explored,
         threshold=threshold,
         closed=closed,
+        identical=identical,
         query="q",
         served="s" if served else None,
         truth="t",
@@ -54,6 +56,8 @@ def test_the_audit_guard_s_move_is_counted_in_audits_before_it() -> None:
 def test_the_proving_guard_s_story_is_its_explorations_before_it_first_served() -> None:
     seed = [
         _r("t", explored=True, threshold=0.97),
+        # The very same prompt's stored answer, served at once: no proof yet.
+        _r("t", served=True, identical=True, threshold=0.97),
         _r("t", explored=True, threshold=0.97),
         _r("t", served=True),
         _r("t", explored=True),
