@@ -306,7 +306,8 @@ def tune(
     """Choose each category's embed mode, threshold and (where its calls carry more than one
     slot) keyword slot from ``calls`` (see the module's
     docstring): a configuration (``base``'s other settings kept) whose every cached category
-    showed, on the check part, an excess whose 95% upper bound is at most ``delta``. A
+    showed, on the check part, an expected excess whose one-sided 95% bound is at most
+    ``delta`` (:attr:`~llmcache.replay.Figures.bound`; docs/promise.md). A
     configuration does not choose a template's keyword slots: a slot choice is reported in
     :attr:`TuneResult.keyword_slots` (and beside the file), for the template's own
     ``keyword_slots``.

@@ -322,3 +322,55 @@ def test_a_call_s_own_other_answers_join_its_spread_and_its_pairs(tmp_path: Path
     (tmp_path / "torn.jsonl.gz").write_bytes(gzip.compress(b"{}")[:8])
     with pytest.raises(ReplayInputError, match="cannot read"):
         read_calls(tmp_path / "torn.jsonl.gz")
+
+
+def _rated(events: list[str], answers: dict[str, str]) -> list[ReplayCall]:
+    return [
+        ReplayCall(
+            category="importance",
+            agent="Isabella",
+            messages=[{"role": "user", "content": _prompt("importance", event)}],
+            keywords=[event],
+            answer=answers.get(event, "5"),
+            time=float(i),
+        )
+        for i, event in enumerate(events)
+    ]
+
+
+def test_a_replay_into_a_kept_cache_directory_starts_from_the_runs_before(
+    tmp_path: Path,
+) -> None:
+    first = _rated(["fixing the door", "cleaning the shelf"], {})
+    second = _rated(["fixing the door", "painting the window"], {})
+    # A fresh cache each time: the second day's repeat of the first day's event is a miss.
+    alone = replay(second, CacheConfig(threshold=0.99), embedder=HashEmbedder())
+    assert [r.outcome for r in alone.results] == ["miss", "miss"]
+    # Into one kept directory: the second day starts from the first day's answers.
+    where = tmp_path / "cache"
+    replay(first, CacheConfig(threshold=0.99), embedder=HashEmbedder(), cache_dir=where)
+    kept = replay(second, CacheConfig(threshold=0.99), embedder=HashEmbedder(), cache_dir=where)
+    assert [r.outcome for r in kept.results] == ["hit", "miss"]
+    assert kept.results[0].identical and kept.overall.identical == 1
+    assert where.exists()  # kept for the next run
+
+
+def test_the_figures_count_answers_to_the_very_same_prompt_at_an_excess_of_0() -> None:
+    # "fixing the door" repeated (the same prompt: identical), "fixing the doors" a near
+    # neighbour served another event's answer, wrong by its truth.
+    calls = _rated(
+        ["fixing the door", "fixing the door", "fixing the doors", "fixing the door"],
+        {"fixing the doors": "9"},
+    )
+    report = replay(calls, CacheConfig(threshold=0.5), embedder=HashEmbedder())
+    figures = report.categories["importance"]
+    assert (figures.served, figures.identical, figures.near_served) == (3, 2, 1)
+    assert figures.near_wrong == 1
+    # The model agreed with itself on every recorded pair: the near neighbour's excess is its
+    # wrong rate (1 of 1), a third of what was served; the bound lies above that estimate.
+    assert figures.expected == pytest.approx(100 / 3)
+    assert figures.bound is not None and figures.bound >= figures.expected
+    # Only answers to the very same prompt: an expected excess of 0, and a bound of 0.
+    exact = replay(calls, CacheConfig(threshold=0.999), embedder=HashEmbedder())
+    only = exact.categories["importance"]
+    assert (only.identical, only.near_served, only.bound) == (2, 0, 0.0)
