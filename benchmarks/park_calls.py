@@ -17,6 +17,7 @@ recorded rating:
 - the keywords are the memory itself (the one slot that varies), the time its ``created``.
 
     python benchmarks/park_calls.py --out park_isabella.jsonl   # the plain JSONL importer's format
+    python benchmarks/park_calls.py --bed --out bed.jsonl         # the gpt-4o-mini bed
 """
 
 from __future__ import annotations
@@ -141,16 +142,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", type=Path, default=PARK)
     parser.add_argument("--prompts", type=Path, default=PROMPTS)
+    parser.add_argument(
+        "--bed",
+        action="store_true",
+        help="the gpt-4o-mini bed instead (every agent of --folder, default "
+        "park_4omini_dev): the tune agents' calls first, then the check agents', so that "
+        "`tune --split agents` checks on the check agents",
+    )
     parser.add_argument("--out", type=Path, required=True, help="JSONL of calls to write")
     args = parser.parse_args()
-    if not (args.folder / "nodes.json").exists():
+    if args.bed:
+        folder = PARK_4OMINI if args.folder == PARK else args.folder
+        if not folder.exists():
+            sys.stderr.write(f"no {folder}: the shared benchmark data is absent\n")
+            return 2
+        calls = bed_calls(BED_TUNE_AGENTS, folder, args.prompts)
+        calls += bed_calls(BED_CHECK_AGENTS, folder, args.prompts)
+    elif not (args.folder / "nodes.json").exists():
         sys.stderr.write(f"no {args.folder / 'nodes.json'}: the shared benchmark data is absent\n")
         return 2
-    calls = park_calls(args.folder, args.prompts)
+    else:
+        calls = park_calls(args.folder, args.prompts)
     with args.out.open("w", encoding="utf-8") as out:
         for call in calls:
             line = call.model_dump(exclude_defaults=True, exclude={"messages", "params"})
-            line = {"prompt": call.messages[0]["content"], "model": MODEL, **line}
+            line = {"prompt": call.messages[0]["content"], "model": call.model, **line}
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
     print(f"{len(calls)} calls written to {args.out}")
     return 0
