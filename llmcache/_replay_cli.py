@@ -181,8 +181,9 @@ def tune_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m llmcache tune",
         description="Choose each category's embed mode and threshold from a recording: the "
-        "largest cost cut whose excess of wrong hits has a 95%% upper bound <= DELTA on the "
-        "check part; write a configuration file with the figures it was chosen on.",
+        "largest cost cut whose expected excess of wrong hits (answers to the very same prompt "
+        "at 0) has a one-sided 95%% bound <= DELTA on the check part; write a configuration "
+        "file with the figures it was chosen on.",
     )
     _common(parser)
     parser.add_argument("--delta", type=float, default=0.05, help="the bound (0.05: 5 points)")

@@ -8,11 +8,11 @@ calls, or some agents) or the *check* part (the rest). The tune part chooses, th
 bounds. Per category, candidates whose tune-part expected excess is at most δ (its estimate,
 answers to the very same prompt at 0: with a few hundred calls a part's 95% bound is ten points
 wide or more, too wide to choose by) are taken
-in order of their tune-part cost cut; the first whose check-part *expected* excess has a
-one-sided 95% bound at most δ (and which cuts cost there) is chosen, answers to the very same
-prompt counted at their excess of 0 (the model's own answers; docs/promise.md). At most
-``max_checks`` candidates are looked at on the check part, and then the strictest one, so that
-the check part stays a check, not a second search. A category
+in a fixed sequence, strictest threshold first: the loosest that the check part confirms in
+turn -- its *expected* excess has a one-sided 95% bound at most δ, and it cuts cost there --
+is chosen, answers to the very same prompt counted at their excess of 0 (the model's own
+answers; docs/promise.md). The order is fixed by the tune part alone, so the check part stays
+a check, not a second search (:func:`select`). A category
 where none is confirmed is left uncached (``bypass``), with the reason. The chosen settings
 are then replayed once more together, and the figures written beside the configuration are
 that replay's.
@@ -78,7 +78,7 @@ class Setting(BaseModel):
 
     def describe(self) -> str:
         keyed = f" (keywords: slot {', '.join(self.slots)})" if self.slots else ""
-        return f"{self.embed.value} mode{keyed}, threshold {self.threshold:.2f}"
+        return f"{self.embed.value} mode{keyed}, threshold {self.threshold:g}"
 
 
 class CategoryChoice(BaseModel):
@@ -139,7 +139,7 @@ class TuneResult(BaseModel):
 
     def render(self) -> str:
         lines = [
-            f"tuned for an excess upper bound <= {100 * self.delta:.1f} points "
+            f"tuned for an expected excess of at most {100 * self.delta:.1f} points "
             f"({self.candidates} settings replayed, split by {self.split}, "
             f"check part {100 * self.check_fraction:.0f}%)"
         ]
@@ -219,10 +219,18 @@ def select(
     category: str,
     measured: Sequence[tuple[Setting, Figures, Figures]],
     delta: float,
-    max_checks: int = 3,
+    max_checks: int | None = None,
 ) -> CategoryChoice:
     """The choice for one category from each candidate's ``(tune, check)`` figures: see the
-    module's docstring. A choice always has a check-part bound at most δ."""
+    module's docstring. A choice always has a check-part bound at most δ.
+
+    The check part tests a *fixed sequence*: per setting family (embed mode and keyword
+    slots), the candidates the tune part qualified, strictest threshold first, down to the
+    first that the check part does not confirm; the family's choice is the last confirmed.
+    The order is fixed by the tune part alone, so testing each step at the full level keeps
+    it for the whole chain (a fixed-sequence procedure); of the families' choices, the one
+    with the largest tune-part cut is taken. ``max_checks`` caps each chain (``None``: no cap).
+    """
     qualified = [m for m in measured if _estimated_within(m[1], delta) and m[1].cost_cut > 0]
     if not qualified:
         return CategoryChoice(
@@ -231,49 +239,46 @@ def select(
             why=f"no setting served with an estimated excess <= {100 * delta:g} points "
             "and a cost cut on the tune part",
         )
-    # The largest cut first; of equal cuts, the strictest threshold.
-    qualified.sort(key=lambda m: (-m[1].cost_cut, -m[0].threshold))
-    for checked, (candidate, tune_figures, check_figures) in enumerate(
-        qualified[:max_checks], start=1
-    ):
-        if _within(check_figures, delta) and check_figures.cost_cut > 0:
-            return CategoryChoice(
-                category=category,
-                setting=candidate,
-                why=f"largest tune-part cut ({100 * tune_figures.cost_cut:.1f}%) that the check "
-                f"part confirms: cut {100 * check_figures.cost_cut:.1f}%, expected excess at "
-                f"most {check_figures.bound:+.1f} points (one-sided 95%)",
-                tune=tune_figures,
-                check=check_figures,
-                checked=checked,
-            )
-    # None of the largest cuts holds on the check part: the strictest setting that cuts cost
-    # there (near-identical prompts only, whose expected excess is near 0) may still.
-    strictest = max(qualified, key=lambda m: (m[0].threshold, -m[1].cost_cut))
-    if strictest not in qualified[:max_checks] and _within(strictest[2], delta):
-        candidate, tune_figures, check_figures = strictest
-        if check_figures.cost_cut > 0:
-            return CategoryChoice(
-                category=category,
-                setting=candidate,
-                why=f"the strictest setting, as the check part confirmed none of the "
-                f"{max_checks} largest tune-part cuts: cut {100 * check_figures.cost_cut:.1f}%, "
-                f"expected excess at most {check_figures.bound:+.1f} points (one-sided 95%)",
-                tune=tune_figures,
-                check=check_figures,
-                checked=max_checks + 1,
-            )
-    best = qualified[0]
+    families: dict[tuple[EmbedMode, tuple[str, ...] | None], list[Any]] = defaultdict(list)
+    for m in qualified:
+        families[(m[0].embed, m[0].slots)].append(m)
+    chosen: list[tuple[Setting, Figures, Figures, int]] = []
+    checked = 0
+    failed: tuple[Setting, Figures, Figures] | None = None
+    for chain in families.values():
+        chain.sort(key=lambda m: (-m[0].threshold, m[1].cost_cut))
+        last = None
+        for step, m in enumerate(chain[:max_checks], start=1):
+            checked += 1
+            if not (_within(m[2], delta) and m[2].cost_cut > 0):
+                failed = failed or m
+                break
+            last = (*m, step)
+        if last is not None:
+            chosen.append(last)
+    if chosen:
+        candidate, tune_figures, check_figures, step = max(chosen, key=lambda c: c[1].cost_cut)
+        return CategoryChoice(
+            category=category,
+            setting=candidate,
+            why=f"the loosest setting the check part confirms, from the strictest down "
+            f"({step} confirmed in turn): tune-part cut {100 * tune_figures.cost_cut:.1f}%, "
+            f"check-part cut {100 * check_figures.cost_cut:.1f}%, expected excess at most "
+            f"{check_figures.bound:+.1f} points (one-sided 95%)",
+            tune=tune_figures,
+            check=check_figures,
+            checked=checked,
+        )
+    best = failed or qualified[0]
     shown = "-" if best[2].bound is None else f"{best[2].bound:+.1f} points"
     return CategoryChoice(
         category=category,
         setting=None,
-        why=f"the check part confirmed none of the {min(len(qualified), max_checks)} best "
-        f"settings of the tune part (the best, {best[0].describe()}: check-part bound "
-        f"{shown}, cut {100 * best[2].cost_cut:.1f}%)",
+        why=f"the check part confirmed not even the strictest setting the tune part qualified "
+        f"({best[0].describe()}: check-part bound {shown}, cut {100 * best[2].cost_cut:.1f}%)",
         tune=best[1],
         check=best[2],
-        checked=min(len(qualified), max_checks),
+        checked=checked,
     )
 
 
@@ -300,7 +305,7 @@ def tune(
     embedder: Embedder | None = None,
     seed: int | None = 0,
     prices: PriceTable | None = None,
-    max_checks: int = 3,
+    max_checks: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> TuneResult:
     """Choose each category's embed mode, threshold and (where its calls carry more than one
