@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import os
 import re
 import threading
@@ -101,6 +102,8 @@ CONFIDENT_CALLS = 8
 #: Templates seen once that a prompt no signature leads to is compared with, newest first: a
 #: template that begins and ends with a slot is found by its second prompt this way.
 RECENT_SEEDS = 16
+#: Templates a prompt is aligned with, at most (those sharing the most words with it).
+MAX_ALIGNED = 2
 #: A template with more slots than this is not a template (prompts that share little).
 MAX_SLOTS = 24
 #: At least this many fixed words make a template.
@@ -176,28 +179,74 @@ def _signatures(tokens: list[str]) -> tuple[list[tuple[str, ...]], list[tuple[st
     return heads, tails
 
 
+def _space(e: _Element) -> bool:
+    return isinstance(e, str) and e.isspace()
+
+
+def _blocks(
+    template: list[_Element], tokens: list[_Element] | list[str]
+) -> list[tuple[int, int, int]]:
+    """The blocks (template start, prompt start, length) both hold, in order. Aligned on the
+    words and marks alone: white space recurs everywhere, and aligning on it costs time
+    quadratic in a prompt's length; a block is then cut where the white space inside it
+    differs, and takes in the white space on its edges where both have the same."""
+    a = [k for k, e in enumerate(template) if not _space(e)]
+    b = [k for k, e in enumerate(tokens) if not _space(e)]
+    matcher = difflib.SequenceMatcher(
+        None, [template[k] for k in a], [tokens[k] for k in b], autojunk=False
+    )
+    found: list[tuple[int, int, int]] = []
+    at_t = at_p = 0
+    for i, j, n in matcher.get_matching_blocks():
+        k = 0
+        while k < n:
+            # The longest run from k whose white space between the words agrees too.
+            end = k
+            while end + 1 < n and (
+                template[a[i + end] + 1 : a[i + end + 1]] == tokens[b[j + end] + 1 : b[j + end + 1]]
+            ):
+                end += 1
+            s_t, s_p = a[i + k], b[j + k]
+            e_t, e_p = a[i + end] + 1, b[j + end] + 1
+            if (
+                s_t > at_t
+                and s_p > at_p
+                and _space(template[s_t - 1])
+                and (template[s_t - 1] == tokens[s_p - 1])
+            ):
+                s_t, s_p = s_t - 1, s_p - 1
+            if (
+                e_t < len(template)
+                and e_p < len(tokens)
+                and _space(template[e_t])
+                and (template[e_t] == tokens[e_p])
+            ):
+                e_t, e_p = e_t + 1, e_p + 1
+            found.append((s_t, s_p, e_t - s_t))
+            at_t, at_p = e_t, e_p
+            k = end + 1
+    return found
+
+
 def _merge(
     template: list[_Element], tokens: list[_Element] | list[str]
 ) -> tuple[list[_Element], int]:
     """The template both share (their matching blocks in order, gaps elsewhere) and the fixed
-    words it keeps: of a template and a prompt's tokens, or of two templates. A block of
-    white space alone is not kept: it would split a slot of several words at a space that
-    happened to match. (A full stop or colon is kept: it may be all that stands between two
-    slots, and one that matched by chance goes at the next prompt.)"""
-    matcher = difflib.SequenceMatcher(None, template, tokens, autojunk=False)
+    words it keeps: of a template and a prompt's tokens, or of two templates. (A full stop or
+    colon alone is kept: it may be all that stands between two slots, and one that matched
+    by chance goes at the next prompt.)"""
     merged: list[_Element] = []
     at_t = at_p = 0
     kept = 0
-    for i, j, n in matcher.get_matching_blocks():
-        block = template[i : i + n]
-        if n and all(isinstance(e, str) and e.isspace() for e in block):
-            continue
-        if (i > at_t or j > at_p) and (not merged or merged[-1] is not _GAP):
+    for i, j, n in _blocks(template, tokens):
+        if i > at_t or j > at_p:
             merged.append(_GAP)
-        if n:
-            merged.extend(block)
-            kept += _words(block)
-            at_t, at_p = i + n, j + n
+        block = template[i : i + n]
+        merged.extend(block)
+        kept += _words(block)
+        at_t, at_p = i + n, j + n
+    if at_t < len(template) or at_p < len(tokens):
+        merged.append(_GAP)
     # Two templates' slots may meet: one slot.
     return [e for k, e in enumerate(merged) if e is not _GAP or merged[k - 1] is not _GAP], kept
 
@@ -437,7 +486,10 @@ class TemplateLearner:
     def _learn(self, candidates: list[int], tokens: list[str]) -> None:
         bag = _bag(tokens)
         words = bag.total()
-        best: tuple[int, int, list[_Element]] | None = None
+        # The words a prompt and a template both hold bound what an alignment can keep: most
+        # candidates end there; of the rest, the few sharing most are aligned (a bounded cost
+        # for a prompt of no template, whatever the templates held).
+        hopeful: list[tuple[int, int, int]] = []
         for key in dict.fromkeys([*candidates, *reversed(self._seeds)]):
             template = self._learning.get(key)
             if template is None:
@@ -447,13 +499,17 @@ class TemplateLearner:
             # words are that prompt's, slot values included.
             seed = _GAP not in template.elements
             need = SHARE * max(fixed, words) if seed else KEEP_SHARE * fixed
-            need = max(need, SHARE * words)
-            # The words both hold bound what an alignment can keep: most candidates end here.
-            if (bag & template.bag).total() < max(need, MIN_WORDS):
-                continue
+            need = max(need, SHARE * words, MIN_WORDS)
+            shared = (bag & template.bag).total()
+            if shared >= need:
+                hopeful.append((shared, key, math.ceil(need)))
+        hopeful.sort(reverse=True)
+        best: tuple[int, int, list[_Element]] | None = None
+        for _, key, need in hopeful[:MAX_ALIGNED]:
+            template = self._learning[key]
             merged, kept = _merge(template.elements, tokens)
             slots = sum(1 for e in merged if e is _GAP)
-            if kept < max(need, MIN_WORDS) or slots > MAX_SLOTS:
+            if kept < need or slots > MAX_SLOTS:
                 continue
             if (_SEP in tokens) != (_SEP in merged):
                 continue  # a system text's slot would run into the user text
@@ -515,10 +571,11 @@ class TemplateLearner:
         for index, sig in ((self._heads, head), (self._tails, tail)):
             if sig is not None:
                 near.update(index.get(sig, ()))
-        for other in sorted(near):
-            old = self._frozen.get(other)
-            if old is None:
-                continue
+        # The few that share most words with it (a bounded cost, as in _learn).
+        frozen = [(self._frozen[k], k) for k in near if k in self._frozen]
+        overlap = [((template.bag & old.bag).total(), other, old) for old, other in frozen]
+        overlap.sort(key=lambda o: (-o[0], o[1]))
+        for _, other, old in overlap[:MAX_ALIGNED]:
             merged, kept = _merge(old.elements, template.elements)
             most = max(_words(old.elements), _words(template.elements))
             slots = sum(1 for e in merged if e is _GAP)

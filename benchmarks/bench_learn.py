@@ -1,0 +1,151 @@
+"""Templates learned from the traffic: the time to learn from and file one prompt, with 1,000
+learned templates, and the memory the learner holds.
+
+Builds N synthetic templates (prompts of about 0.5-1.5 KB: instructions of 40-160 words of
+their own, the agent's name in one or two slots, an observation and a time; a third begin
+with a slot), sends every template's prompts interleaved at random (across templates and
+agents) until each is learned, then times ``TemplateLearner.options`` on fresh prompts of
+the learned templates (the steady state: recognised and filed) and prints p50/p99 per prompt,
+with how many were filed under the template they came from. The memory is read by
+``tracemalloc``: held once the templates are learned, and after a flood of prompts that
+share no template (the bound: ``max_templates + max_learning`` templates of at most
+``max_prompt_chars`` characters each).
+
+    .venv/bin/python benchmarks/bench_learn.py --templates 1000 --prompts 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+import tracemalloc
+from collections import Counter
+
+import numpy as np
+from bench_models import header_line, machine_info  # beside this file
+
+from llmcache.templates import TemplateLearner
+
+WORDS = [
+    *("morning cafe coffee park library painting garden market lunch friends study music",
+      "kitchen dinner walk river bridge school office shop bakery evening talk plan idea",
+      "paper window chair table book letter phone game story song dream project rain",
+      "stove kettle radio lamp door street town house room bed desk shelf clock cup"),
+]  # fmt: skip
+WORDS = [w for line in WORDS for w in line.split(" ")]
+NAMES = ["Isabella Rodriguez", "Klaus Mueller", "Maria Lopez", "Sam Moore", "Ayesha Khan"]
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+def make_template(i: int, rng: random.Random) -> list[str]:
+    """A template as its fixed pieces, a slot between each two (name, observation, time)."""
+    own = f"Task {i}: {sentence(rng, rng.randint(20, 80))}"
+    head = "" if i % 3 == 0 else f"Context {i}. {sentence(rng, 6)}\n"
+    return [
+        head + "Name: ",
+        f"\n{own}\nObservation: ",
+        "\nCurrent time: ",
+        f"\n{sentence(rng, rng.randint(20, 80))}\nWhat should ",
+        ' do next? Output format: {"answer": "<text>"}',
+    ]
+
+
+def fill(pieces: list[str], rng: random.Random) -> str:
+    name = rng.choice(NAMES)
+    clock = f"{rng.randint(1, 12):02d}:{rng.choice(['00', '15', '30'])} {rng.choice('AP')}M"
+    values = [name, sentence(rng, rng.randint(3, 20)), clock, name]
+    return "".join(p + v for p, v in zip(pieces, [*values, ""], strict=True)).strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--templates", type=int, default=1000)
+    parser.add_argument("--prompts", type=int, default=5000, help="prompts timed once learned")
+    parser.add_argument("--flood", type=int, default=5000, help="prompts of no template")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="trace the memory held (tracemalloc: every allocation slower, so the times too)",
+    )
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    templates = [make_template(i, rng) for i in range(args.templates)]
+    learner = TemplateLearner(max_templates=args.templates, max_learning=args.templates)
+    if args.memory:
+        tracemalloc.start()
+    # Learning: every template's prompts, interleaved, until each is learned (or 40 rounds).
+    learning_times: list[float] = []
+    sent = 0
+    for _ in range(40):
+        if len(learner.templates()) >= args.templates:
+            break
+        order = list(range(args.templates))
+        rng.shuffle(order)
+        for i in order:
+            prompt = fill(templates[i], rng)
+            started = time.perf_counter()
+            learner.options(prompt)
+            learning_times.append(time.perf_counter() - started)
+            sent += 1
+    learned = len(learner.templates())
+    held_learned, _ = tracemalloc.get_traced_memory()
+    # The steady state: fresh prompts of the learned templates, filed.
+    cases = [
+        (i, fill(templates[i], rng)) for i in rng.choices(range(args.templates), k=args.prompts)
+    ]
+    times: list[float] = []
+    by_template: dict[int, Counter[str | None]] = {}
+    for i, prompt in cases:
+        started = time.perf_counter()
+        options = learner.options(prompt)
+        times.append(time.perf_counter() - started)
+        by_template.setdefault(i, Counter())[options.template if options else None] += 1
+    filed = sum(n for c in by_template.values() for k, n in c.items() if k is not None)
+    owners: dict[str, Counter[int]] = {}
+    for i, c in by_template.items():
+        for k, n in c.items():
+            if k is not None:
+                owners.setdefault(k, Counter())[i] += n
+    mixed = sum(sum(c.values()) - max(c.values()) for c in owners.values())
+    # A flood of prompts of no template: the learner stays within its bound.
+    for _ in range(args.flood):
+        learner.options(sentence(rng, rng.randint(30, 200)))
+    held_flood, peak = tracemalloc.get_traced_memory()
+    if args.memory:
+        tracemalloc.stop()
+    ms = np.asarray(times) * 1000
+    learn_ms = np.asarray(learning_times) * 1000
+    print(header_line(machine_info()))
+    print(
+        f"{args.templates} templates learned {learned} after {sent} prompts "
+        f"({sent / args.templates:.1f} per template; passed through while learning: "
+        f"{learner.passed - args.flood if learner.passed >= args.flood else learner.passed})"
+    )
+    print(
+        f"learning phase: p50 {np.percentile(learn_ms, 50):.3f} ms  "
+        f"p99 {np.percentile(learn_ms, 99):.3f} ms per prompt"
+    )
+    print(
+        f"learned ({learned} templates): p50 {np.percentile(ms, 50):.3f} ms  "
+        f"p95 {np.percentile(ms, 95):.3f} ms  p99 {np.percentile(ms, 99):.3f} ms per prompt"
+    )
+    print(f"filed: {filed}/{len(cases)}; filed under another template's: {mixed}")
+    bound = (learner.max_templates + learner.max_learning) * learner.max_prompt_chars
+    if not args.memory:
+        held_learned = held_flood = peak = 0  # not traced (--memory)
+    print(
+        f"memory: {held_learned / 2**20:.1f} MiB held once learned; {held_flood / 2**20:.1f} MiB "
+        f"after {args.flood} prompts of no template (peak {peak / 2**20:.1f} MiB); "
+        f"{learner.held()} templates held (bound {learner.max_templates} + "
+        f"{learner.max_learning}, each at most {learner.max_prompt_chars} characters: "
+        f"{bound / 1e6:.0f} M characters)"
+    )
+
+
+if __name__ == "__main__":
+    main()
