@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 import time
 import tracemalloc
 from collections import Counter
@@ -136,11 +137,19 @@ def main() -> None:
     )
     print(f"filed: {filed}/{len(cases)}; filed under another template's: {mixed}")
     bound = (learner.max_templates + learner.max_learning) * learner.max_prompt_chars
-    if not args.memory:
-        held_learned = held_flood = peak = 0  # not traced (--memory)
+    # The text the learner holds (its templates' fixed text), and the process's peak size.
+    held = [*learner._frozen.values(), *learner._learning.values()]
+    chars = sum(len(e) for t in held for e in t.elements if isinstance(e, str))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    traced = (
+        f"{held_learned / 2**20:.1f} MiB traced once learned, {held_flood / 2**20:.1f} MiB after "
+        f"the flood (peak {peak / 2**20:.1f} MiB); "
+        if args.memory
+        else ""
+    )
     print(
-        f"memory: {held_learned / 2**20:.1f} MiB held once learned; {held_flood / 2**20:.1f} MiB "
-        f"after {args.flood} prompts of no template (peak {peak / 2**20:.1f} MiB); "
+        f"memory: {traced}{chars / 1e6:.2f} M characters of template text held after "
+        f"{args.flood} prompts of no template; process peak {rss:.0f} MiB; "
         f"{learner.held()} templates held (bound {learner.max_templates} + "
         f"{learner.max_learning}, each at most {learner.max_prompt_chars} characters: "
         f"{bound / 1e6:.0f} M characters)"

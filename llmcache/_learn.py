@@ -431,7 +431,7 @@ class TemplateLearner:
         heads, tails = _signatures(tokens)
         with self._lock:
             candidates = self._candidates(heads, tails)
-            found = self._fit(candidates, prompt, system)
+            found = self._fit(self._fitting(heads, tails), prompt, system)
             if found is None:
                 if learn:
                     self.passed += 1
@@ -455,6 +455,20 @@ class TemplateLearner:
             found.update(self._heads.get(key, ()))
         for key in tails:
             found.update(self._tails.get(key, ()))
+        return sorted(found)
+
+    def _fitting(self, heads: list[tuple[str, ...]], tails: list[tuple[str, ...]]) -> list[int]:
+        """The frozen templates a prompt may fit: those beginning as it does, and of those
+        that begin with a slot, those ending as it does (a frozen template's fixed beginning
+        must begin the prompt, so one indexed by another beginning cannot fit)."""
+        found: set[int] = set(self._others)
+        for key in heads:
+            found.update(self._heads.get(key, ()))
+        for key in tails:
+            for k in self._tails.get(key, ()):
+                template = self._frozen.get(k)
+                if template is not None and template.keys[0] is None:
+                    found.add(k)
         return sorted(found)
 
     def _fit(
