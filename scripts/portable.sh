@@ -11,20 +11,36 @@
 PORTABLE_TAG="x86-64-v3.2"
 PORTABLE_WHEELS="${XDG_CACHE_HOME:-$HOME/.cache}/llmcache/wheels/$PORTABLE_TAG"
 
-# install_portable PYTHON NAME==VERSION [VAR=value ...]: build the wheel once (with the given
-# environment) and install it, without its dependencies (the caller's own install has them).
-install_portable() {
+# build_portable PYTHON NAME==VERSION [VAR=value ...]: build the wheel into the cache (with the
+# given environment) unless it is there already. Needs nothing installed but pip: the build runs
+# in pip's build isolation, so setup.sh runs the long one (llama.cpp) beside its other installs.
+build_portable() {
     local py="$1" requirement="$2"
     shift 2
-    local name="${requirement%%==*}" version="${requirement#*==}"
-    local pattern="${name//-/_}-${version}-*.whl"
+    local name="${requirement%%==*}"
     mkdir -p "$PORTABLE_WHEELS"
-    if ! compgen -G "$PORTABLE_WHEELS/$pattern" > /dev/null; then
+    if ! portable_wheel "$requirement" > /dev/null; then
         env "$@" "$py" -m pip wheel --quiet --no-deps --no-cache-dir --no-binary "$name" \
             -w "$PORTABLE_WHEELS" "$requirement"
     fi
+}
+
+# portable_wheel NAME==VERSION: print the cached wheel's path; fail if it was never built.
+portable_wheel() {
+    local requirement="$1"
+    local name="${requirement%%==*}" version="${requirement#*==}"
+    local wheels
+    wheels=$(compgen -G "$PORTABLE_WHEELS/${name//-/_}-${version}-*.whl") || return 1
+    head -n 1 <<< "$wheels"
+}
+
+# install_portable PYTHON NAME==VERSION [VAR=value ...]: build the wheel once (build_portable)
+# and install it, without its dependencies (the caller's own install has them).
+install_portable() {
+    local py="$1" requirement="$2"
+    build_portable "$@"
     local wheel
-    wheel=$(compgen -G "$PORTABLE_WHEELS/$pattern" | head -n 1)
+    wheel=$(portable_wheel "$requirement")
     "$py" -m pip install --quiet --no-deps --force-reinstall "$wheel"
 }
 
