@@ -29,6 +29,15 @@ under one learned template (the site's most common table), purity (tables that m
 sites), agent crossings (hits served from an entry another agent's call stored), the cost cut
 (tokens avoided over tokens asked) and the excess. Figures depend on the model and on the
 machine's speed only through the answers; the run's time is printed too.
+
+Measured on 2026-11-28 (2 cores, AMD EPYC, shared: load average 7-10), SmolLM2-135M Q4_0,
+defaults (28 reactions, 3 interviews per agent, 2 rounds of dialogue, 32 tokens an answer):
+199 calls, the live run 3326 s; ``--calls`` replayed the saved calls again to the same
+figures. Learned: 15% of calls filed (only the importance template was learned, 71% of its
+41 calls; the entity, action, relationship and reaction sites, 29-37 calls each, never), 1
+table, pure, 0 crossings, 5 hits, cut 0.9%, 0/5 wrong. Declared: 100% filed, 10 tables,
+pure, 0 crossings, 17 hits, cut 5.7%, 0/17 wrong. Full prompt: one table mixing every site,
+5 crossings, 73 hits, cut 40.3%, 27/73 wrong.
 """
 
 from __future__ import annotations
