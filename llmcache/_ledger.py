@@ -335,8 +335,8 @@ class TableStats(BaseModel):
     excess_ci: tuple[float, float] | None = None
     # Hits served from one of several near-identical answers drawn at random (variety).
     varied: int = 0
-    # Hits served as an answer stored for the very same prompt (the model's own answer to it;
-    # a guard serves them without a threshold, exploration or audit: docs/promise.md).
+    # Hits a guarded table served as an answer stored for the very same prompt (no threshold,
+    # exploration or audit: the model's own answer to it; docs/promise.md).
     identical: int = 0
     # A templated table's embedded slots, deciding first: those whose values have varied in
     # the table (every non-exact slot until one has), see llmcache/_slots.py. None: its calls
@@ -412,6 +412,7 @@ class TableStats(BaseModel):
             verify_tokens=int(c.get("vf_tokens", 0)),
             verify_usd=c.get("vf_usd", 0.0),
             varied=int(c.get("varied", 0)),
+            identical=int(c.get("identical", 0)),
             embedded_slots=embedded_from_counters(c, shared=not agent),
             partition_slots=partitions_from_counters(c, shared=not agent),
             partition_values=partition_values_from_counters(c),
@@ -459,7 +460,6 @@ class CacheStats(BaseModel):
             total.similarity_hist = [
                 a + b for a, b in zip(total.similarity_hist, t.similarity_hist, strict=False)
             ]
-            identical=int(c.get("identical", 0)),
             if t.similarity_mean is not None:
                 means.append((t.lookups, t.similarity_mean))
         weight = sum(n for n, _ in means)
@@ -670,6 +670,8 @@ class Ledger:
             delta[f"{EXACT_REFUSED}{info.exact_refused}"] = 1
         if info.outcome == "hit" and info.choices > 1:
             delta["varied"] = 1
+        if info.outcome == "hit" and info.identical:
+            delta["identical"] = 1
         if info.audited:
             # The audit guard's own figures (also inside the spent ones), apart from exploring.
             delta |= {
@@ -732,5 +734,3 @@ class Ledger:
         """Pending (unflushed) deltas, for debugging."""
         with self._lock:
             return {k: dict(v) for k, v in self._pending.items()}
-        if info.outcome == "hit" and info.identical:
-            delta["identical"] = 1
