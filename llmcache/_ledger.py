@@ -335,8 +335,8 @@ class TableStats(BaseModel):
     excess_ci: tuple[float, float] | None = None
     # Hits served from one of several near-identical answers drawn at random (variety).
     varied: int = 0
-    # Hits a guarded table served as an answer stored for the very same prompt (no threshold,
-    # exploration or audit: the model's own answer to it; docs/promise.md).
+    # Hits served as an answer stored for the very same prompt: the model's own answer to it
+    # (a guard serves them without a threshold, exploration or audit; docs/promise.md).
     identical: int = 0
     # A templated table's embedded slots, deciding first: those whose values have varied in
     # the table (every non-exact slot until one has), see llmcache/_slots.py. None: its calls
