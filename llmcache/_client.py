@@ -593,6 +593,12 @@ class _Completions(_CompletionsBase):
         options = self._options_with_info(kwargs, "parse")
         return self._run(kwargs, options, "parse")
 
+    @cached_property
+    def with_raw_response(self) -> _RawCompletions:
+        """The raw-response surface of the openai SDK, cached like ``create``/``parse``
+        (:class:`CachedRawResponse`)."""
+        return _RawCompletions(self)
+
     def _run(
         self, kwargs: dict[str, Any], options: CacheOptions, method: str
     ) -> tuple[Any, CallInfo]:
@@ -605,6 +611,49 @@ class _Completions(_CompletionsBase):
                 return parsed.parsed_answer(create(**parsed.create_request(request)))
 
         return _run(self._owner, send, kwargs, options, shape)
+
+
+class CachedRawResponse:
+    """What ``chat.completions.with_raw_response.create`` (or ``.parse``) returns for a call
+    the cache handled: the openai SDK's raw-response surface that frameworks read (LangChain's
+    ``ChatOpenAI`` sends every non-streaming request this way). ``parse()`` is the
+    completion, hit or miss; ``headers`` say how it was made (``x-llmcache``: ``hit``,
+    ``miss``, ...), since a hit has no HTTP response of its own; ``info`` is its
+    :class:`~llmcache.CallInfo`."""
+
+    status_code = 200
+
+    def __init__(self, completion: Any, info: CallInfo) -> None:
+        self._completion = completion
+        self.info = info
+        self.headers: dict[str, str] = {"x-llmcache": info.outcome}
+        self.http_response = None
+        self.request_id = getattr(completion, "_request_id", None)
+
+    def parse(self, **_: Any) -> Any:
+        return self._completion
+
+
+class _RawCompletions:
+    """``chat.completions.with_raw_response``: a call the cache answers returns a
+    :class:`CachedRawResponse`; any other goes to the wrapped client's own raw resource."""
+
+    def __init__(self, completions: _Completions) -> None:
+        self._completions = completions
+
+    def _call(self, method: str, kwargs: dict[str, Any]) -> Any:
+        completions = self._completions
+        options = completions._options(kwargs)
+        if options is None or _streams(kwargs):
+            raw = completions._wrapped.with_raw_response
+            return getattr(raw, method)(**kwargs)
+        return CachedRawResponse(*completions._run(kwargs, options, method))
+
+    def create(self, **kwargs: Any) -> Any:
+        return self._call("create", kwargs)
+
+    def parse(self, **kwargs: Any) -> Any:
+        return self._call("parse", kwargs)
 
 
 class _Chat(_Delegating):
@@ -755,6 +804,11 @@ class _AsyncCompletions(_CompletionsBase):
         options = self._options_with_info(kwargs, "parse")
         return await self._run(kwargs, options, "parse")
 
+    @cached_property
+    def with_raw_response(self) -> _AsyncRawCompletions:
+        """The raw-response surface, cached (:class:`CachedRawResponse`)."""
+        return _AsyncRawCompletions(self)
+
     async def _run(
         self, kwargs: dict[str, Any], options: CacheOptions, method: str
     ) -> tuple[Any, CallInfo]:
@@ -767,6 +821,28 @@ class _AsyncCompletions(_CompletionsBase):
                 return parsed.parsed_answer(await create(**parsed.create_request(request)))
 
         return await _run_async(self._owner, send, kwargs, options, shape)
+
+
+class _AsyncRawCompletions:
+    """``chat.completions.with_raw_response`` of the async client (see
+    :class:`_RawCompletions`)."""
+
+    def __init__(self, completions: _AsyncCompletions) -> None:
+        self._completions = completions
+
+    async def _call(self, method: str, kwargs: dict[str, Any]) -> Any:
+        completions = self._completions
+        options = completions._options(kwargs)
+        if options is None or _streams(kwargs):
+            raw = completions._wrapped.with_raw_response
+            return await getattr(raw, method)(**kwargs)
+        return CachedRawResponse(*await completions._run(kwargs, options, method))
+
+    async def create(self, **kwargs: Any) -> Any:
+        return await self._call("create", kwargs)
+
+    async def parse(self, **kwargs: Any) -> Any:
+        return await self._call("parse", kwargs)
 
 
 class _AsyncChat(_Delegating):

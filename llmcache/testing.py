@@ -332,9 +332,47 @@ def _wants_usage(kwargs: Mapping[str, Any]) -> bool:
     return isinstance(options, Mapping) and bool(options.get("include_usage"))
 
 
+class _FakeRawResponse:
+    """The openai SDK's raw response, as frameworks read it: ``parse()`` and ``headers``."""
+
+    status_code = 200
+
+    def __init__(self, parsed: Any) -> None:
+        self._parsed = parsed
+        self.headers: dict[str, str] = {}
+        self.http_response = None
+
+    def parse(self, **_: Any) -> Any:
+        return self._parsed
+
+
+class _FakeRawCompletions:
+    def __init__(self, completions: Any) -> None:
+        self._completions = completions
+
+    def create(self, **kwargs: Any) -> _FakeRawResponse:
+        return _FakeRawResponse(self._completions.create(**kwargs))
+
+    def parse(self, **kwargs: Any) -> _FakeRawResponse:
+        return _FakeRawResponse(self._completions.parse(**kwargs))
+
+
+class _AsyncFakeRawCompletions:
+    def __init__(self, completions: Any) -> None:
+        self._completions = completions
+
+    async def create(self, **kwargs: Any) -> _FakeRawResponse:
+        return _FakeRawResponse(await self._completions.create(**kwargs))
+
+    async def parse(self, **kwargs: Any) -> _FakeRawResponse:
+        return _FakeRawResponse(await self._completions.parse(**kwargs))
+
+
 class _FakeCompletions:
     def __init__(self, owner: _FakeCore) -> None:
         self._owner = owner
+        # The SDK's raw-response surface (LangChain's ChatOpenAI sends through it).
+        self.with_raw_response = _FakeRawCompletions(self)
 
     def create(self, **kwargs: Any) -> Any:
         if kwargs.get("stream") is True:
@@ -348,6 +386,7 @@ class _FakeCompletions:
 class _AsyncFakeCompletions:
     def __init__(self, owner: _FakeCore) -> None:
         self._owner = owner
+        self.with_raw_response = _AsyncFakeRawCompletions(self)
 
     async def create(self, **kwargs: Any) -> Any:
         if kwargs.get("stream") is True:

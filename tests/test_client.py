@@ -777,3 +777,32 @@ def test_a_parameter_given_twice_is_a_clear_error(tmp_path: Path) -> None:
             model="m", messages=MSGS, response_format={"type": "json_object"}, cache=options
         )
     assert fake.calls == []
+
+
+# -- the raw-response surface (what LangChain's ChatOpenAI sends every request through) ----
+
+
+def test_with_raw_response_is_cached_like_create(tmp_path: Path) -> None:
+    client, fake = make(tmp_path)
+    raw = client.chat.completions.with_raw_response
+    first = raw.create(model="m", messages=MSGS, cache=opts())
+    second = raw.create(model="m", messages=MSGS, cache=opts())
+    assert isinstance(first.parse(), ChatCompletion) and isinstance(second.parse(), ChatCompletion)
+    assert (first.headers["x-llmcache"], second.headers["x-llmcache"]) == ("miss", "hit")
+    assert second.info.outcome == "hit" and second.parse().choices[0].message.content
+    assert len(fake.calls) == 1  # the hit asked nothing
+
+
+def test_async_with_raw_response_is_cached_like_create(tmp_path: Path) -> None:
+    async def main() -> tuple[str, str, int]:
+        fake = AsyncFakeOpenAI()
+        cache = SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64))
+        client = AsyncCachedLLM(fake, cache=cache)
+        raw = client.chat.completions.with_raw_response
+        a = await raw.create(model="m", messages=MSGS, cache=opts())
+        b = await raw.create(model="m", messages=MSGS, cache=opts())
+        assert isinstance(b.parse(), ChatCompletion)
+        client.close()
+        return a.headers["x-llmcache"], b.headers["x-llmcache"], len(fake.calls)
+
+    assert asyncio.run(main()) == ("miss", "hit", 1)

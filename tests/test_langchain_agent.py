@@ -191,7 +191,10 @@ def test_the_benchmarks_replay_measures_the_learned_path(tmp_path: Path) -> None
     assert learned.wrong == 0  # the double answers each prompt kind alike
 
 
-def test_path_b_chatopenai_through_cachedllm_learning_templates(tmp_path: Path) -> None:
+@pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "raw response"])
+def test_path_b_chatopenai_through_cachedllm_learning_templates(
+    tmp_path: Path, streaming: bool
+) -> None:
     if "learn_templates" not in inspect.signature(CachedLLM).parameters:
         pytest.skip("CachedLLM(learn_templates=True) has not landed yet")
     fake = FakeOpenAI(lambda request: scripted_answer(str(request["messages"][-1]["content"])))
@@ -201,14 +204,14 @@ def test_path_b_chatopenai_through_cachedllm_learning_templates(tmp_path: Path) 
         learn_templates=True,  # type: ignore[call-arg]
     )
     sites = bench.CallSites()
-    # ChatOpenAI sends a call that streams through client.create (its non-streamed calls go
-    # through with_raw_response, which the wrapper delegates to the client, uncached).
+    # ChatOpenAI sends a call that streams through client.create, and a non-streamed one
+    # through client.with_raw_response.create: both are cached.
     model = ChatOpenAI(
         client=cached.chat.completions,
         root_client=cached,
         api_key="unused",  # type: ignore[arg-type]
         model="scripted-double",
-        streaming=True,
+        streaming=streaming,
         callbacks=[sites],
         custom_get_token_ids=bench.approximate_token_ids,
     )

@@ -116,6 +116,7 @@ SURFACE: dict[str, set[str]] = {
     "llmcache.types": {
         "Adapted",
         "CacheEntry",
+        "CachedRawResponse",
         "Candidate",
         "FilledPrompt",
         "Partition",
