@@ -41,11 +41,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from park_calls import BED_CHECK_AGENTS, BED_TUNE_AGENTS, PARK_4OMINI, bed_calls
+from park_calls import BED_CHECK_AGENTS, BED_TUNE_AGENTS, bed_calls, bed_embedder
 
-from llmcache import CacheConfig, EmbedMode
-from llmcache.embedders import StoredEmbedder, default_embedder
-from llmcache.replay import ReplayCall, embedding_texts, replay
+from llmcache import CacheConfig
+from llmcache.embedders import StoredEmbedder
+from llmcache.replay import ReplayCall, replay
 
 _WORD = re.compile(r"[A-Za-z0-9']+")
 EXACT = 0.999
@@ -244,12 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delta", type=float, default=2.0, help="points (2)")
     parser.add_argument("--embeddings", type=Path, help="keep the embeddings in this directory")
     args = parser.parse_args(argv)
-    if not PARK_4OMINI.exists():
-        sys.stderr.write(f"bench_frontier: {PARK_4OMINI} is absent: the shared bed is needed\n")
-        return 2
     started = time.perf_counter()
-    embedder = StoredEmbedder(default_embedder(), args.embeddings)
-    embedder.warm(embedding_texts(bed_calls(), [EmbedMode.KEYWORD]))
+    embedder = bed_embedder("bench_frontier", args.embeddings)
+    if embedder is None:
+        return 2
     print("where the wrong hits are: all eight agents at the static default (0.9), replayed")
     print(where_wrong(embedder))
     print()

@@ -45,11 +45,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from park_calls import BED_CHECK_AGENTS, BED_TUNE_AGENTS, PARK_4OMINI, bed_calls
+from park_calls import BED_CHECK_AGENTS, BED_TUNE_AGENTS, bed_calls, bed_embedder
 
 from llmcache import CacheConfig, EmbedMode
-from llmcache.embedders import StoredEmbedder, default_embedder
-from llmcache.replay import Figures, ReplayCall, embedding_texts, replay, tune
+from llmcache.embedders import StoredEmbedder
+from llmcache.replay import Figures, ReplayCall, replay, tune
 
 WITHIN = 1  # points of the 1-10 rating within which two ratings agree
 
@@ -203,12 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--embeddings", type=Path, help="keep the embeddings in this directory")
     args = parser.parse_args(argv)
-    if not PARK_4OMINI.exists():
-        sys.stderr.write(f"bench_savings: {PARK_4OMINI} is absent: the shared bed is needed\n")
-        return 2
     started = time.perf_counter()
-    embedder = StoredEmbedder(default_embedder(), args.embeddings)
-    embedder.warm(embedding_texts(bed_calls(), [EmbedMode.KEYWORD]))
+    embedder = bed_embedder("bench_savings", args.embeddings)
+    if embedder is None:
+        return 2
     rows = table(embedder, args.delta, args.seed)
     sequence = runs(embedder, args.runs, args.delta, args.seed) if args.runs else []
     embedder.save()

@@ -31,7 +31,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from llmcache.replay import ReplayCall
+from llmcache import EmbedMode
+from llmcache.embedders import StoredEmbedder, default_embedder
+from llmcache.replay import ReplayCall, embedding_texts
 
 __all__ = [
     "BED_CHECK_AGENTS",
@@ -41,6 +43,7 @@ __all__ = [
     "PARK_4OMINI",
     "PROMPTS",
     "bed_calls",
+    "bed_embedder",
     "park_calls",
 ]
 
@@ -136,6 +139,18 @@ def bed_calls(
             tagged.append((call.time or 0.0, rank, position, call))
     tagged.sort(key=lambda item: item[:3])
     return [call for *_, call in tagged]
+
+
+def bed_embedder(program: str, store: Path | None) -> StoredEmbedder | None:
+    """The default embedder, its vectors kept in ``store`` (``None``: in memory), with every
+    keyword text of the gpt-4o-mini bed embedded in batches; ``None``, said on stderr in
+    ``program``'s name, when the shared bed is absent."""
+    if not PARK_4OMINI.exists():
+        sys.stderr.write(f"{program}: {PARK_4OMINI} is absent: the shared bed is needed\n")
+        return None
+    embedder = StoredEmbedder(default_embedder(), store)
+    embedder.warm(embedding_texts(bed_calls(), [EmbedMode.KEYWORD]))
+    return embedder
 
 
 def main() -> int:
