@@ -47,6 +47,20 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
     """The quick cost-reduction study in a few lines: what the README's main command ends in."""
     if seconds is not None:
         print(f"\nchapter-3 study reproduced in {seconds / 60:.1f} min")
+    _summary_cost(out)
+    replay_path = out / "replay_study.json"
+    if replay_path.exists():
+        top = replay_headline(load_result(ReplayStudyResult, replay_path))
+        if top is not None:
+            print(f"replay study, the report's headline: {top}")
+    _summary_quality(out, headline=not replay_path.exists())
+    _summary_budget(out)
+    _summary_saturation(out)
+    print(f"figures: {out / 'figures'}")
+    print(f"report:  {report}")
+
+
+def _summary_cost(out: Path) -> None:
     cost_path = out / "cost.json"
     if cost_path.exists():
         cost = load_result(CostResult, cost_path)
@@ -66,16 +80,14 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
                 f"({100 * (row.replay_saving or 0):.1f}% less, "
                 f"{row.replay.hits}/{row.replay.calls} hits)"
             )
-    replay_path = out / "replay_study.json"
-    if replay_path.exists():
-        top = replay_headline(load_result(ReplayStudyResult, replay_path))
-        if top is not None:
-            print(f"replay study, the report's headline: {top}")
+
+
+def _summary_quality(out: Path, *, headline: bool) -> None:
     quality_path = out / "quality.json"
     if quality_path.exists():
         quality = load_result(QualityResult, quality_path)
-        headline = "" if replay_path.exists() else ", the report's headline"
-        print(f"acceptable answers in serve mode (95% interval){headline}:")
+        said = ", the report's headline" if headline else ""
+        print(f"acceptable answers in serve mode (95% interval){said}:")
         for mode in quality.curves:
             point = quality.serve(mode)
             if point is None or point.acceptable.rate is None:
@@ -99,6 +111,9 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
                 f"  {'LLM re-answer':14} {100 * own.rate:.1f}% [{100 * own.low:.0f}%, "
                 f"{100 * own.high:.0f}%] of {own.answers} pairs of answers to one query"
             )
+
+
+def _summary_budget(out: Path) -> None:
     budget_path = out / "budget.json"
     if budget_path.exists():
         budget = load_result(BudgetResult, budget_path)
@@ -127,6 +142,9 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
                 f"  {run.mode:8} {name:16} {total.hits:5d} served, excess {excess}, "
                 f"{100 * (total.cost_reduction or 0):.1f}% cost cut"
             )
+
+
+def _summary_saturation(out: Path) -> None:
     sat_path = out / "saturation.json"
     if sat_path.exists():
         sat = load_result(SaturationResult, sat_path)
@@ -143,8 +161,6 @@ def _summary(out: Path, report: Path, seconds: float | None) -> None:
                 for t, m in list(zip(sat.thresholds_days, comb.mean, strict=True))[::step]
             )
             print(f"  {mode:8} {pts}")
-    print(f"figures: {out / 'figures'}")
-    print(f"report:  {report}")
 
 
 def _meta(out: Path, study: Study, profile: Profile, command: str, fresh: bool) -> dict[str, Any]:
@@ -187,7 +203,7 @@ def _recorded_llm(out: Path) -> str:
     return runs[0].llm if runs else "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m experiments", description=__doc__.split("\n")[0]
     )
@@ -234,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         "score: each answer scored alone, the expected digit; answer-first: the judge answers "
         "the task itself and the closest candidate wins",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "replay-study":
         args.command = "replay_study"

@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -553,20 +553,7 @@ class CacheStats(BaseModel):
             )
         if self.learned or self.learning:
             # Only when templates are learned: the table above stays the whole output otherwise.
-            lines.append(
-                f"{'learned template':<26} {'calls':>7} {'hits':>6} partitioning slots; "
-                "embedded slots; fixed text"
-            )
-            for learned in self.learned:
-                parts = ", ".join(learned.partition_slots) or "-"
-                lines.append(
-                    f"{learned.name[:26]:<26} {learned.calls:>7} {learned.hits:>6} {parts}; "
-                    f"{', '.join(learned.embedded_slots) or '-'}; {learned.text}"
-                )
-            lines.append(
-                f"learning: {self.learning} calls passed through uncached while their template "
-                "was being learned"
-            )
+            lines += _learned_lines(self.learned, self.learning)
         if self.limits is not None and self.limits.bounded:
             # Only for a bounded cache: the table above stays the whole output otherwise.
             lines.append(
@@ -574,6 +561,24 @@ class CacheStats(BaseModel):
                 f"holding {self.entries} entries, {self.bytes} bytes"
             )
         return "\n".join(lines)
+
+
+def _learned_lines(learned: Sequence[LearnedTemplateStats], learning: int) -> list[str]:
+    """The learned templates' rows of :meth:`CacheStats.render`."""
+    lines = [
+        f"{'learned template':<26} {'calls':>7} {'hits':>6} partitioning slots; "
+        "embedded slots; fixed text"
+    ]
+    for template in learned:
+        parts = ", ".join(template.partition_slots) or "-"
+        lines.append(
+            f"{template.name[:26]:<26} {template.calls:>7} {template.hits:>6} {parts}; "
+            f"{', '.join(template.embedded_slots) or '-'}; {template.text}"
+        )
+    lines.append(
+        f"learning: {learning} calls passed through uncached while their template was being learned"
+    )
+    return lines
 
 
 def _interval(rate: float | None, ci: tuple[float, float] | None) -> str:

@@ -57,6 +57,7 @@ __all__ = [
     "embedding_texts",
     "equivalences_for",
     "figures",
+    "load_config",
     "options_for",
     "replay",
     "report_of",
@@ -520,7 +521,8 @@ def embedding_texts(calls: Iterable[ReplayCall], modes: Iterable[EmbedMode]) -> 
     return list(texts)
 
 
-def _load_config(config: CacheConfig | str | os.PathLike[str] | None) -> CacheConfig:
+def load_config(config: CacheConfig | str | os.PathLike[str] | None) -> CacheConfig:
+    """A configuration given as itself, as a file, or not at all (the defaults)."""
     if config is None:
         return CacheConfig()
     if isinstance(config, CacheConfig):
@@ -559,7 +561,7 @@ def replay(
         skipped = dict(calls.skipped)
         calls = calls.calls
     calls = list(calls)
-    base = _load_config(config)
+    base = load_config(config)
     if base.explore_seed is None and seed is not None:
         base = base.updated(explore_seed=seed)
     equivalences = equivalences_for(calls, base)

@@ -38,6 +38,7 @@ from ._replay import (
     ReplayReport,
     equivalences_for,
     figures,
+    load_config,
     replay,
     report_of,
 )
@@ -293,6 +294,44 @@ def _config_with(
     return base.updated(categories=categories)
 
 
+def _choice(
+    category: str,
+    measured: Sequence[tuple[Setting, Figures, Figures]],
+    delta: float,
+    max_checks: int | None,
+) -> CategoryChoice:
+    if not measured:
+        return CategoryChoice(
+            category=category,
+            setting=None,
+            why="its calls are all in one part: nothing to tune on or to check with",
+        )
+    return select(category, measured, delta, max_checks)
+
+
+def _candidates(
+    calls: Sequence[ReplayCall],
+    categories: Sequence[str],
+    embeds: Sequence[EmbedMode],
+    thresholds: Sequence[float],
+) -> list[tuple[EmbedMode, float, dict[str, tuple[str, ...] | None]]]:
+    """Every replay tune runs: an embed mode, a threshold, and per category the keyword slots
+    tried (``None``: the calls' own keywords). Keyword slots are a choice only where calls
+    carry slots, and more than one of them; each round of keyword mode tries one slot of
+    every category that has another left."""
+    slot_choices: dict[str, list[tuple[str, ...] | None]] = {}
+    for name in categories:
+        names = sorted({n for c in calls if c.category == name for n in c.slots or {}})
+        slot_choices[name] = [None] + ([(n,) for n in names] if len(names) > 1 else [])
+    rounds = max((len(v) for v in slot_choices.values()), default=1)
+    out: list[tuple[EmbedMode, float, dict[str, tuple[str, ...] | None]]] = []
+    for embed in embeds:
+        for j in range(rounds if embed is EmbedMode.KEYWORD else 1):
+            chosen = {n: v[j] for n, v in slot_choices.items() if j < len(v)}
+            out.extend((embed, threshold, chosen) for threshold in thresholds)
+    return out
+
+
 def tune(
     calls: Sequence[ReplayCall] | ReplayInput,
     *,
@@ -328,60 +367,30 @@ def tune(
     calls = list(calls)
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta is a fraction between 0 and 1, not {delta}")
-    base_config = (
-        base
-        if isinstance(base, CacheConfig)
-        else CacheConfig()
-        if base is None
-        else CacheConfig.from_file(base)
-    )
+    base_config = load_config(base)
     mask = check_mask(calls, split, check_fraction)
     equivalences = equivalences_for(calls, base_config)
     categories = sorted({c.category for c in calls})
-    measured: dict[str, list[tuple[Setting, Figures, Figures]]] = defaultdict(list)
-    # Keyword slots are a choice only where calls carry slots, and more than one of them.
-    slot_choices: dict[str, list[tuple[str, ...] | None]] = {}
-    for name in categories:
-        names = sorted({n for c in calls if c.category == name for n in c.slots or {}})
-        slot_choices[name] = [None] + ([(n,) for n in names] if len(names) > 1 else [])
-    rounds = max((len(v) for v in slot_choices.values()), default=1)
-    replays = 0
+    candidates = _candidates(calls, categories, embeds, thresholds)
     tick = progress or (lambda done, total: None)
-    total = 1 + len(thresholds) * sum(rounds if e is EmbedMode.KEYWORD else 1 for e in embeds)
+    total = len(candidates) + 1
     tick(0, total)
-    for embed in embeds:
-        for j in range(rounds if embed is EmbedMode.KEYWORD else 1):
-            chosen = {n: v[j] for n, v in slot_choices.items() if j < len(v)}
-            keyword_slots = {n: list(v) for n, v in chosen.items() if v}
-            for threshold in thresholds:
-                policy = CategoryPolicy(embed=embed, threshold=threshold)
-                config = _config_with(base_config, dict.fromkeys(categories, policy), equivalences)
-                report = replay(
-                    calls,
-                    config,
-                    embedder=embedder,
-                    seed=seed,
-                    prices=prices,
-                    keyword_slots=keyword_slots,
-                )
-                replays += 1
-                tick(replays, total)
-                tuned = _by_category(report.results, calls, mask, False, equivalences)
-                checked = _by_category(report.results, calls, mask, True, equivalences)
-                for name, slots in chosen.items():
-                    if name in tuned and name in checked:
-                        setting = Setting(embed=embed, threshold=threshold, slots=slots)
-                        measured[name].append((setting, tuned[name], checked[name]))
-    choices = {}
-    for name in categories:
-        if not measured[name]:
-            choices[name] = CategoryChoice(
-                category=name,
-                setting=None,
-                why="its calls are all in one part: nothing to tune on or to check with",
-            )
-        else:
-            choices[name] = select(name, measured[name], delta, max_checks)
+    measured: dict[str, list[tuple[Setting, Figures, Figures]]] = defaultdict(list)
+    for replays, (embed, threshold, chosen) in enumerate(candidates, start=1):
+        policy = CategoryPolicy(embed=embed, threshold=threshold)
+        config = _config_with(base_config, dict.fromkeys(categories, policy), equivalences)
+        keyword_slots = {n: list(v) for n, v in chosen.items() if v}
+        report = replay(
+            calls, config, embedder=embedder, seed=seed, prices=prices, keyword_slots=keyword_slots
+        )
+        tick(replays, total)
+        tuned = _by_category(report.results, calls, mask, False, equivalences)
+        checked = _by_category(report.results, calls, mask, True, equivalences)
+        for name, slots in chosen.items():
+            if name in tuned and name in checked:
+                setting = Setting(embed=embed, threshold=threshold, slots=slots)
+                measured[name].append((setting, tuned[name], checked[name]))
+    choices = {name: _choice(name, measured[name], delta, max_checks) for name in categories}
     settings = {
         name: CategoryPolicy(bypass=True)
         if c.setting is None
@@ -418,6 +427,6 @@ def tune(
         check=parts[True],
         tuned_on=parts[False],
         keyword_slots=keyword_slots,
-        candidates=replays,
+        candidates=len(candidates),
         seconds=time.perf_counter() - started,
     )
