@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion
+from study_support import StandIn
 
 from agent_core import TextAgreement
 from agent_core.testing import ScriptedLLM
@@ -32,7 +33,6 @@ from experiments._results import (
     QualityResult,
     load_result,
 )
-from llmcache.llm import LLMBackend, LLMKind
 from llmcache.recording import RecordedCall, Recorder
 from llmcache.testing import HashEmbedder
 
@@ -76,18 +76,9 @@ class _RankingOrScripted:
         )
 
 
-class _StandIn:
+class _StandIn(StandIn):
     def __init__(self) -> None:
-        self.client = _RankingOrScripted()
-        self.backend = LLMBackend(
-            kind=LLMKind.URL,
-            model="scripted",
-            superior_model="scripted-superior",
-            base_url="http://scripted.invalid/v1",
-        )
-
-    def close(self) -> None:
-        pass
+        super().__init__(_RankingOrScripted())
 
 
 TINY = Profile(

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion
+from study_support import StandIn
 
 from agent_core.testing import ScriptedLLM
 from experiments import QUICK, Profile
 from experiments._reproduce import Study, reproduce
 from experiments._seeding import SeededClient, request_seed
-from llmcache.llm import LLMBackend, LLMKind
 from llmcache.testing import FakeOpenAI, HashEmbedder
 
 # The steps after collect that ask the LLM (quick profile: the budget step does not run).
@@ -84,24 +84,10 @@ class _SamplingServer:
         return ScriptedLLM(seed=seed).chat.completions.create(**kwargs)
 
 
-class _StandIn:
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.backend = LLMBackend(
-            kind=LLMKind.URL,
-            model="scripted",
-            superior_model="scripted-superior",
-            base_url="http://scripted.invalid/v1",
-        )
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("recorded")
-    town = _StandIn(ScriptedLLM(seed=1))
+    town = StandIn(ScriptedLLM(seed=1))
     study = Study(TINY, out, progress=False, embedder=HashEmbedder(), _conn=town)  # type: ignore[arg-type]
     reproduce(study, steps=("collect",))
     study.close()
@@ -116,7 +102,7 @@ def _later_steps(runs: Path, out: Path, profile: Profile) -> tuple[dict[str, Any
         progress=False,
         embedder=HashEmbedder(),
         runs=runs,
-        _conn=_StandIn(server),  # type: ignore[arg-type]
+        _conn=StandIn(server),  # type: ignore[arg-type]
     )
     reproduce(study, steps=("collect", *LATER))
     study.close()
