@@ -121,6 +121,7 @@ __all__ = [
     "NO_HIT_THRESHOLD",
     "PROVE_ALPHA",
     "STRICT_THRESHOLD",
+    "Z_ONE_SIDED",
     "AuditState",
     "BudgetBook",
     "Decision",
@@ -170,9 +171,9 @@ def closes(threshold: float) -> bool:
     return threshold >= NO_HIT_THRESHOLD
 
 
-# One-sided 95% (whether labels show a table over budget) and two-sided 95% (the interval
-# `stats` shows).
-_Z_ONE_SIDED = 1.6449
+# One-sided 95% (whether labels show a table over budget; the bound tune keeps, Figures.bound)
+# and two-sided 95% (the interval `stats` shows).
+Z_ONE_SIDED = 1.6449
 _Z_TWO_SIDED = 1.96
 
 # Exploration: until labels prove a threshold safe, every would-be hit is also paid for (an
@@ -517,7 +518,7 @@ def decide(
         if shared is None:
             return None
         pool_here, pool_n, pool_wrong = shared[index]
-        shown_over = n > 0 and excess_interval(wrong, n, p_d, p_n, _Z_ONE_SIDED)[0] > budget
+        shown_over = n > 0 and excess_interval(wrong, n, p_d, p_n, Z_ONE_SIDED)[0] > budget
         if pool_here and not shown_over and proves(pool_wrong, pool_n, p_d, p_n, budget, level):
             return Decision(_edge(index), True, "pool")
         return None
@@ -550,7 +551,7 @@ def _unproven_threshold(table: Labels, budget: float, pool: Labels | None, pairs
     """The threshold in force while no edge is proven (see :func:`decide`)."""
 
     def over(labels: Labels, threshold: float) -> bool:
-        interval = labels.excess(threshold, pairs, _Z_ONE_SIDED)
+        interval = labels.excess(threshold, pairs, Z_ONE_SIDED)
         return interval is not None and interval[0] > budget
 
     def shown_over(threshold: float) -> bool:

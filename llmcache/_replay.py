@@ -35,7 +35,7 @@ from typing import Any
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, Field
 
-from ._budget import closes, excess_interval, paired_excess_interval
+from ._budget import Z_ONE_SIDED, closes, excess_interval, paired_excess_interval
 from ._cache import SemanticCache
 from ._client import CachedLLM
 from ._config import CacheConfig, CategoryPolicy
@@ -65,9 +65,6 @@ __all__ = [
 ]
 
 Equivalence = Callable[[str, str], bool]
-
-# One-sided 95%: the bound tune keeps within δ (Figures.bound).
-_Z_ONE_SIDED = 1.6449
 
 
 class _Completions:
@@ -355,7 +352,7 @@ def figures(
         # Newcombe's one-sided 95% bound of the near neighbours' excess over every recorded
         # pair's disagreement, weighted by their share of what was served; the estimate alike.
         share = len(near) / len(served)
-        near_high = excess_interval(near_wrong, len(near), pairs - agree, pairs, _Z_ONE_SIDED)[1]
+        near_high = excess_interval(near_wrong, len(near), pairs - agree, pairs, Z_ONE_SIDED)[1]
         bound = 100 * max(0.0, near_high) * share
         disagreement = (pairs - agree) / pairs if pairs else 0.0
         expected = 100 * (near_wrong / len(near) - disagreement) * share
