@@ -42,7 +42,14 @@ from ._ledger import info_stats_key, pool_stats_key
 from ._recorder import RecordedCall, Recorder
 from ._serving import Serving
 from ._shapes import CHAT, Shape
-from ._slots import exact_differs, exact_slot_names, slot_text, times_differ
+from ._slots import (
+    LEADING_WORDS,
+    exact_differs,
+    exact_slot_names,
+    lead_differs,
+    slot_text,
+    times_differ,
+)
 from ._tokens import count_message_tokens
 from ._types import (
     Adapted,
@@ -242,7 +249,7 @@ class _CachedCall:
                 k=self.serving.lookup_k,
                 check=self.shape.answer_problem,
                 band=self.serving.lookup_band,
-                judge=self._judge if self.options.slots else None,
+                judge=self._judge if self.options.slots or self.policy.lead_words else None,
             )
         except StoreError:
             # The cache cannot be read (a failing disk, a lost database): answer without it.
@@ -326,11 +333,15 @@ class _CachedCall:
         return keywords_text([text])
 
     def _judge(self, entry: CacheEntry, cosine: float) -> float | None:
-        """The cosine a stored entry is scored by for this templated call, or ``None`` when it
-        may not be served: an exact slot differs, or it was embedded under another choice of
-        slots and cannot be re-scored under this one."""
+        """The cosine a stored entry is scored by for this call, or ``None`` when it may not be
+        served: an exact slot or the leading words differ (``lead_words``), or it was embedded
+        under another choice of slots and cannot be re-scored under this one."""
         slots = self.options.slots or {}
         differs = exact_differs(slots, self.exact, entry.slots) if self.exact else ""
+        if not differs and lead_differs(
+            self.info.embed_text or "", entry.embed_text, self.policy.lead_words
+        ):
+            differs = LEADING_WORDS
         if not differs and self.chosen and self.policy.detect_exact and self.policy.exact_times:
             # The times and dates inside the embedded slots' values must match too.
             differs = times_differ(slots, self.chosen, entry.slots)

@@ -18,6 +18,9 @@ __all__ = ["DEFAULT_BUDGET", "CacheConfig", "CategoryPolicy", "Limits", "Resolve
 
 #: The wrong-hit budget of a guard asked for without one (``guard="audit"`` alone).
 DEFAULT_BUDGET = 0.05
+#: The most leading words ``lead_words`` may ask to match: a subject is a few words; more would
+#: be an exact key of the whole text, which ``threshold=0.999`` already is.
+MAX_LEAD_WORDS = 16
 
 
 class Limits(BaseModel):
@@ -57,7 +60,8 @@ class CategoryPolicy(BaseModel):
     and storage but still validates, retries and records the call (dialogue categories in the
     thesis bypass the cache this way). ``wrong_hit_budget``, ``equivalence``, ``pool_evidence``,
     ``twin_rate``, ``variety``, ``verifier``, ``verify_band``, ``verify_path``,
-    ``detect_exact``, ``exact_times``, ``opposites_gate``, ``serve_identical`` and ``guard``:
+    ``detect_exact``, ``exact_times``, ``opposites_gate``, ``serve_identical``, ``lead_words``
+    and ``guard``:
     see :class:`CacheConfig`. ``validator`` and ``fallback`` are the category's defaults for
     :class:`~llmcache.CacheOptions`' own (a call's win).
     """
@@ -90,6 +94,7 @@ class CategoryPolicy(BaseModel):
     opposites_gate: bool | None = None
     exact_times: bool | None = None
     serve_identical: bool | None = None
+    lead_words: int | None = Field(default=None, ge=0, le=MAX_LEAD_WORDS)
 
 
 class CacheConfig(BaseModel):
@@ -173,6 +178,14 @@ class CacheConfig(BaseModel):
     the model's own answer to that prompt, acceptable as often as asking again would be, so
     its expected excess is 0 by construction (docs/promise.md). ``False`` makes such repeats
     earn their place like any other candidate (categories may set their own).
+
+    ``lead_words`` (0: off) is how many leading words of the embedded text must be the same
+    (case and punctuation aside) for a stored entry to be served: the others are passed over
+    as an exact slot's are, and a would-be hit refused by them is counted as refused by
+    ``(leading words)``. A sentence embedding weighs an event's subject ("Rajiv Patel is
+    conversing about ..." against "conversing about ...") as a word or two among many, while
+    the answer may turn on it. ``python -m llmcache tune`` tries it per category
+    (docs/frontier.md); answers to the very same prompt are never refused by it.
     """
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True, extra="forbid")
@@ -207,6 +220,7 @@ class CacheConfig(BaseModel):
     exact_times: bool = True
     opposites_gate: bool = True
     serve_identical: bool = True
+    lead_words: int = Field(default=0, ge=0, le=MAX_LEAD_WORDS)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> CacheConfig:
@@ -341,6 +355,7 @@ class CacheConfig(BaseModel):
             opposites_gate=_first(policy.opposites_gate, self.opposites_gate),
             exact_times=_first(policy.exact_times, self.exact_times),
             serve_identical=_first(policy.serve_identical, self.serve_identical),
+            lead_words=_first(policy.lead_words, self.lead_words),
         )
 
 
@@ -399,3 +414,4 @@ class ResolvedPolicy(BaseModel):
     opposites_gate: bool = True
     exact_times: bool = True
     serve_identical: bool = True
+    lead_words: int = 0

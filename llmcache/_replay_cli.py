@@ -15,7 +15,7 @@ from ._hash_embedder import HashEmbedder
 from ._progress import ProgressBar
 from ._replay import embedding_texts, replay
 from ._replay_calls import ReplayCall, ReplayInput, read_calls, read_recording
-from ._tune import DEFAULT_THRESHOLDS, tune
+from ._tune import DEFAULT_LEAD_WORDS, DEFAULT_THRESHOLDS, tune
 from ._types import EmbedMode
 
 __all__ = ["replay_main", "tune_main"]
@@ -176,6 +176,14 @@ def _thresholds(text: str) -> list[float]:
         ) from None
 
 
+def _counts(text: str) -> list[int]:
+    """``0,2``: whole numbers of words."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a list of word counts, not {text!r}") from None
+
+
 def tune_main(argv: list[str]) -> int:
     """Run ``tune`` with ``argv`` (without the ``tune`` word); return the exit code."""
     parser = argparse.ArgumentParser(
@@ -195,6 +203,12 @@ def tune_main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--embeds", default="keyword,full", help="embed modes to try (keyword,full)"
+    )
+    parser.add_argument(
+        "--lead-words",
+        type=_counts,
+        default=list(DEFAULT_LEAD_WORDS),
+        help="leading words that must match, tried in keyword mode (0,2; 0: none)",
     )
     parser.add_argument("--config", type=Path, help="a base configuration whose rest is kept")
     args = parser.parse_args(argv)
@@ -216,6 +230,7 @@ def tune_main(argv: list[str]) -> int:
                 check_fraction=args.check_fraction,
                 thresholds=args.thresholds,
                 embeds=modes,
+                lead_words=args.lead_words,
                 base=args.config,
                 embedder=embedder,
                 seed=args.seed,

@@ -22,6 +22,10 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
 - **times and dates inside** an embedded slot's value (``[Monday February 13 -- 10:00 AM]
   Activity:``) must match too (``CacheConfig(exact_times=True)``, the default), the rest
   being embedded;
+- the **leading words** of the embedded text, when a category asks for them
+  (``CacheConfig(lead_words=N)``, :func:`lead_differs`): a sentence embedding weighs the
+  subject of an event ("Rajiv Patel is conversing about ..." against "conversing about ...")
+  as a word or two among many, while the answer may turn on it;
 - of the other slots, those whose values have **varied** within the table are embedded; until
   the table has seen any vary (its first calls), all of them are;
 - in **deciding order**: shortest first, by the longest value the slot has held in the table
@@ -58,6 +62,7 @@ from typing import Any
 logger = logging.getLogger("llmcache")
 
 __all__ = [
+    "LEADING_WORDS",
     "SlotBook",
     "choose",
     "distinct_estimate",
@@ -65,6 +70,7 @@ __all__ = [
     "exact_differs",
     "exact_partitions",
     "exact_slot_names",
+    "lead_differs",
     "looks_exact",
     "observe",
     "partition_values_from_counters",
@@ -178,6 +184,29 @@ def times_differ(
         if mine != theirs and (stored is not None or mine):
             return name
     return ""
+
+
+_LEAD_WORD = re.compile(r"\w+")
+#: What a would-be hit refused by :func:`lead_differs` is counted as refused by, among the
+#: exact slots (``CallInfo.exact_refused``, ``stats()``): no slot has this name.
+LEADING_WORDS = "(leading words)"
+
+
+def _leading(text: str, words: int) -> tuple[str, ...]:
+    """The first ``words`` words of ``text``, case and punctuation aside."""
+    found: list[str] = []
+    for match in _LEAD_WORD.finditer(text):
+        found.append(match.group().casefold())
+        if len(found) == words:
+            break
+    return tuple(found)
+
+
+def lead_differs(query: str, stored: str, words: int) -> bool:
+    """Whether the first ``words`` words of two embedding texts differ (case and punctuation
+    aside; 0: never). A text with fewer words is compared as far as it goes, and then by its
+    length: "idle" and "idle in the park" differ at two words."""
+    return words > 0 and _leading(query, words) != _leading(stored, words)
 
 
 def exact_slot_names(

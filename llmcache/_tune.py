@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ._config import CacheConfig, CategoryPolicy
+from ._config import MAX_LEAD_WORDS, CacheConfig, CategoryPolicy
 from ._ledger import PriceTable
 from ._protocols import Embedder
 from ._replay import (
@@ -46,6 +46,7 @@ from ._replay_calls import ReplayCall, ReplayInput
 from ._types import EmbedMode
 
 __all__ = [
+    "DEFAULT_LEAD_WORDS",
     "DEFAULT_THRESHOLDS",
     "CategoryChoice",
     "Setting",
@@ -66,20 +67,34 @@ DEFAULT_THRESHOLDS: tuple[float, ...] = (
 )
 
 
+#: The leading words tried in keyword mode by default (``CacheConfig.lead_words``): none, and
+#: two (a subject is most often a name or an article and a noun: "Rajiv Patel", "the cafe").
+DEFAULT_LEAD_WORDS: tuple[int, ...] = (0, 2)
+
+
 class Setting(BaseModel):
     """One setting a category may be cached with. ``slots``: in keyword mode, the slots whose
     values are the keywords of calls that carry slots (``None``: the call's own keywords, or
-    every slot)."""
+    every slot); ``lead_words``: how many leading words of the embedded text must match
+    (``CacheConfig.lead_words``; 0: none)."""
 
     model_config = ConfigDict(frozen=True)
 
     embed: EmbedMode
     threshold: float
     slots: tuple[str, ...] | None = None
+    lead_words: int = 0
 
     def describe(self) -> str:
         keyed = f" (keywords: slot {', '.join(self.slots)})" if self.slots else ""
-        return f"{self.embed.value} mode{keyed}, threshold {self.threshold:g}"
+        lead = f", the first {self.lead_words} words exact" if self.lead_words else ""
+        return f"{self.embed.value} mode{keyed}, threshold {self.threshold:g}{lead}"
+
+    def policy(self) -> CategoryPolicy:
+        """The category policy that caches with this setting."""
+        return CategoryPolicy(
+            embed=self.embed, threshold=self.threshold, lead_words=self.lead_words or None
+        )
 
 
 class CategoryChoice(BaseModel):
@@ -225,8 +240,8 @@ def select(
     """The choice for one category from each candidate's ``(tune, check)`` figures: see the
     module's docstring. A choice always has a check-part bound at most δ.
 
-    The check part tests a *fixed sequence*: per setting family (embed mode and keyword
-    slots), the candidates the tune part qualified, strictest threshold first, down to the
+    The check part tests a *fixed sequence*: per setting family (embed mode, keyword slots and
+    leading words), the candidates the tune part qualified, strictest threshold first, down to the
     first that the check part does not confirm; the family's choice is the last confirmed.
     The order is fixed by the tune part alone, so testing each step at the full level keeps
     it for the whole chain (a fixed-sequence procedure); of the families' choices, the one
@@ -240,9 +255,9 @@ def select(
             why=f"no setting served with an estimated excess <= {100 * delta:g} points "
             "and a cost cut on the tune part",
         )
-    families: dict[tuple[EmbedMode, tuple[str, ...] | None], list[Any]] = defaultdict(list)
+    families: dict[tuple[EmbedMode, tuple[str, ...] | None, int], list[Any]] = defaultdict(list)
     for m in qualified:
-        families[(m[0].embed, m[0].slots)].append(m)
+        families[(m[0].embed, m[0].slots, m[0].lead_words)].append(m)
     chosen: list[tuple[Setting, Figures, Figures, int]] = []
     checked = 0
     failed: tuple[Setting, Figures, Figures] | None = None
@@ -314,21 +329,25 @@ def _candidates(
     categories: Sequence[str],
     embeds: Sequence[EmbedMode],
     thresholds: Sequence[float],
-) -> list[tuple[EmbedMode, float, dict[str, tuple[str, ...] | None]]]:
-    """Every replay tune runs: an embed mode, a threshold, and per category the keyword slots
-    tried (``None``: the calls' own keywords). Keyword slots are a choice only where calls
-    carry slots, and more than one of them; each round of keyword mode tries one slot of
-    every category that has another left."""
+    lead_words: Sequence[int] = (0,),
+) -> list[tuple[EmbedMode, float, int, dict[str, tuple[str, ...] | None]]]:
+    """Every replay tune runs: an embed mode, a threshold, the leading words that must match
+    (keyword mode only: in full mode every prompt of a template begins alike), and per
+    category the keyword slots tried (``None``: the calls' own keywords). Keyword slots are a
+    choice only where calls carry slots, and more than one of them; each round of keyword mode
+    tries one slot of every category that has another left."""
     slot_choices: dict[str, list[tuple[str, ...] | None]] = {}
     for name in categories:
         names = sorted({n for c in calls if c.category == name for n in c.slots or {}})
         slot_choices[name] = [None] + ([(n,) for n in names] if len(names) > 1 else [])
     rounds = max((len(v) for v in slot_choices.values()), default=1)
-    out: list[tuple[EmbedMode, float, dict[str, tuple[str, ...] | None]]] = []
+    out: list[tuple[EmbedMode, float, int, dict[str, tuple[str, ...] | None]]] = []
     for embed in embeds:
-        for j in range(rounds if embed is EmbedMode.KEYWORD else 1):
-            chosen = {n: v[j] for n, v in slot_choices.items() if j < len(v)}
-            out.extend((embed, threshold, chosen) for threshold in thresholds)
+        keyword = embed is EmbedMode.KEYWORD
+        for lead in sorted(set(lead_words)) if keyword else [0]:
+            for j in range(rounds if keyword else 1):
+                chosen = {n: v[j] for n, v in slot_choices.items() if j < len(v)}
+                out.extend((embed, threshold, lead, chosen) for threshold in thresholds)
     return out
 
 
@@ -340,6 +359,7 @@ def tune(
     check_fraction: float = 0.5,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     embeds: Sequence[EmbedMode] = (EmbedMode.KEYWORD, EmbedMode.FULL),
+    lead_words: Sequence[int] = DEFAULT_LEAD_WORDS,
     base: CacheConfig | str | os.PathLike[str] | None = None,
     embedder: Embedder | None = None,
     seed: int | None = 0,
@@ -347,8 +367,9 @@ def tune(
     max_checks: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> TuneResult:
-    """Choose each category's embed mode, threshold and (where its calls carry more than one
-    slot) keyword slot from ``calls`` (see the module's
+    """Choose each category's embed mode, threshold, leading words that must match (each of
+    ``lead_words``, in keyword mode: ``CacheConfig.lead_words``) and (where its calls carry
+    more than one slot) keyword slot from ``calls`` (see the module's
     docstring): a configuration (``base``'s other settings kept) whose every cached category
     showed, on the check part, an expected excess whose one-sided 95% bound is at most
     ``delta`` (:attr:`~llmcache.replay.Figures.bound`; docs/promise.md). A
@@ -371,13 +392,15 @@ def tune(
     mask = check_mask(calls, split, check_fraction)
     equivalences = equivalences_for(calls, base_config)
     categories = sorted({c.category for c in calls})
-    candidates = _candidates(calls, categories, embeds, thresholds)
+    if any(not 0 <= n <= MAX_LEAD_WORDS for n in lead_words):
+        raise ValueError(f"lead_words are each from 0 to {MAX_LEAD_WORDS}, not {list(lead_words)}")
+    candidates = _candidates(calls, categories, embeds, thresholds, lead_words or (0,))
     tick = progress or (lambda done, total: None)
     total = len(candidates) + 1
     tick(0, total)
     measured: dict[str, list[tuple[Setting, Figures, Figures]]] = defaultdict(list)
-    for replays, (embed, threshold, chosen) in enumerate(candidates, start=1):
-        policy = CategoryPolicy(embed=embed, threshold=threshold)
+    for replays, (embed, threshold, lead, chosen) in enumerate(candidates, start=1):
+        policy = Setting(embed=embed, threshold=threshold, lead_words=lead).policy()
         config = _config_with(base_config, dict.fromkeys(categories, policy), equivalences)
         keyword_slots = {n: list(v) for n, v in chosen.items() if v}
         report = replay(
@@ -388,13 +411,11 @@ def tune(
         checked = _by_category(report.results, calls, mask, True, equivalences)
         for name, slots in chosen.items():
             if name in tuned and name in checked:
-                setting = Setting(embed=embed, threshold=threshold, slots=slots)
+                setting = Setting(embed=embed, threshold=threshold, slots=slots, lead_words=lead)
                 measured[name].append((setting, tuned[name], checked[name]))
     choices = {name: _choice(name, measured[name], delta, max_checks) for name in categories}
     settings = {
-        name: CategoryPolicy(bypass=True)
-        if c.setting is None
-        else CategoryPolicy(embed=c.setting.embed, threshold=c.setting.threshold)
+        name: CategoryPolicy(bypass=True) if c.setting is None else c.setting.policy()
         for name, c in choices.items()
     }
     config = _config_with(base_config, settings, equivalences)

@@ -474,8 +474,9 @@ class CallInfo(BaseModel):
     ``embed_tokens``/``embed_usd`` to embedding the query (only a paid embedder costs money).
     ``embedded_slots`` are the slots a templated call's embedding text was made of, deciding
     first (``None``: the call gave its keywords, or is not templated or not in keyword mode).
-    ``exact_refused`` names the exact slot that kept the nearest entry from being served
-    although it was close enough (the lookup may still have served another entry).
+    ``exact_refused`` names the exact slot (or ``"(leading words)"``, ``lead_words``) that
+    kept the nearest entry from being served although it was close enough (the lookup may
+    still have served another entry).
     ``corrupt_dropped`` counts damaged entries the lookup met (each evicted); ``store_failed``
     and ``record_failed`` say the answer was returned but could not be stored or recorded.
 

@@ -236,7 +236,11 @@ def test_where_calls_carry_slots_tuning_tries_each_slot_as_the_keywords() -> Non
             )
         )
     result = tune(
-        calls, thresholds=[0.7, 0.95], embeds=[EmbedMode.KEYWORD], embedder=HashEmbedder()
+        calls,
+        thresholds=[0.7, 0.95],
+        embeds=[EmbedMode.KEYWORD],
+        lead_words=(0,),
+        embedder=HashEmbedder(),
     )
     # Three keyword choices (every slot, the clock, the event) at two thresholds.
     assert result.candidates == 6

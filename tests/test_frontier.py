@@ -1,0 +1,111 @@
+"""A wider frontier than one threshold (docs/frontier.md): where a text's leading words decide
+its answer and the cosine cannot see it, ``tune`` learns that they must match, and the cache
+serves the lenient region while it refuses the strict one.
+
+Each synthetic stream is one agent's day of a template. A memory is a subject of two words and
+six more words; each memory is asked several times (the very same prompt). Half the variants
+keep the subject and change two of the other words: their true rating is the memory's (a
+neighbour whose answer fits, the *lenient* region). The other half change the subject and
+keep the six words: another rating (the *strict* region, "Rajiv Patel is conversing about ..."
+against "conversing about ..."). Both kinds share six of their eight words with the memory, so
+under the test embedder their cosines come from one distribution: no threshold can tell them
+apart, and the leading words can.
+"""
+
+from __future__ import annotations
+
+import random
+
+from llmcache import CacheConfig, EmbedMode
+from llmcache.replay import ReplayCall, replay, tune
+from llmcache.testing import HashEmbedder
+
+# Words without digits: the opposites gate refuses texts that differ by a number.
+VOCABULARY = [a + b for a in "bdfgklmnprst" for b in ("ar", "el", "ix", "on", "uz")]
+SUBJECTS = [a + b for a in "BDFGHJKLMNPRSTVWZ" for b in ("ane", "obi", "ute", "ira", "elo")]
+THRESHOLDS = [0.5, 0.6, 0.7, 0.8, 0.9, 0.999]
+
+
+def _stream(seed: int, memories: int = 120) -> tuple[list[ReplayCall], list[str]]:
+    """About 600 calls, and each call's kind: ``memory``, ``lenient`` or ``strict``."""
+    rng = random.Random(seed)
+    made: list[tuple[list[str], int, str]] = []
+    for _ in range(memories):
+        if made and rng.random() < 0.5:
+            words, truth, _ = rng.choice([m for m in made if m[2] == "memory"])
+            words = list(words)
+            if rng.random() < 0.5:
+                for i in rng.sample(range(2, 8), 2):
+                    words[i] = rng.choice(VOCABULARY)
+                made.append((words, truth, "lenient"))
+            else:
+                words[:2] = rng.sample(SUBJECTS, 2)
+                made.append((words, 1 + (truth + 4) % 10, "strict"))
+        else:
+            made.append(
+                (
+                    rng.sample(SUBJECTS, 2) + rng.sample(VOCABULARY, 6),
+                    rng.randrange(1, 11),
+                    "memory",
+                )
+            )
+    asks = [i for i in range(memories) for _ in range(rng.randrange(2, 8))]
+    rng.shuffle(asks)
+    calls, kinds = [], []
+    for t, i in enumerate(asks):
+        words, truth, kind = made[i]
+        text = " ".join(words)
+        calls.append(
+            ReplayCall(
+                category="rate",
+                agent="Ada",
+                messages=[{"role": "user", "content": f"Rate 1-10: {text}"}],
+                keywords=[text],
+                answer=str(truth),
+                time=float(t),
+            )
+        )
+        kinds.append(kind)
+    return calls, kinds
+
+
+def _served_near(
+    config: CacheConfig, calls: list[ReplayCall], kinds: list[str]
+) -> dict[str, float]:
+    """Per kind of variant, the share of its calls served a near neighbour's answer (not an
+    answer stored for its very prompt)."""
+    report = replay(calls, config, embedder=HashEmbedder(dim=256))
+    served: dict[str, list[bool]] = {"lenient": [], "strict": []}
+    for result, kind in zip(report.results, kinds, strict=True):
+        if kind in served:
+            served[kind].append(result.served is not None and not result.identical)
+    return {kind: sum(v) / len(v) for kind, v in served.items()}
+
+
+def test_tune_learns_the_leading_words_that_a_single_threshold_cannot_see() -> None:
+    for seed in range(3):
+        recorded, _ = _stream(seed)
+        result = tune(
+            recorded,
+            delta=0.05,
+            thresholds=THRESHOLDS,
+            embeds=(EmbedMode.KEYWORD,),
+            embedder=HashEmbedder(dim=256),
+        )
+        setting = result.choices["rate"].setting
+        assert setting is not None, result.choices["rate"].why
+        assert setting.lead_words == 2, setting.describe()
+        # On a day it never saw: the lenient region is served, the strict one refused.
+        unseen, kinds = _stream(100 + seed)
+        shares = _served_near(result.config, unseen, kinds)
+        assert shares["lenient"] >= 0.4, shares
+        assert shares["strict"] <= 0.02, shares
+
+
+def test_no_single_threshold_serves_the_lenient_region_and_refuses_the_strict_one() -> None:
+    calls, kinds = _stream(7)
+    for threshold in THRESHOLDS:
+        shares = _served_near(CacheConfig(threshold=threshold), calls, kinds)
+        assert shares["lenient"] < 0.4 or shares["strict"] > 0.02, (threshold, shares)
+    shares = _served_near(CacheConfig(threshold=0.6, lead_words=2), calls, kinds)
+    assert shares["lenient"] >= 0.4 and shares["strict"] <= 0.02, shares
