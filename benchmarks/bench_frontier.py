@@ -1,9 +1,9 @@
 """Where the frontier is narrow: which near neighbours of the gpt-4o-mini bed serve a wrong
-answer, and whether anything beyond one cosine threshold tells them apart (issue: a wider
-frontier).
+answer, and what beyond one cosine threshold tells them apart (issue: a wider frontier;
+docs/frontier.md).
 
-Two tables, on ``../shared/benchmarks/park_4omini_dev/`` (relative to the repository root;
-skipped with a message when absent):
+Four tables, on ``../shared/benchmarks/park_4omini_dev/`` (relative to the repository root;
+skipped with a message when absent) and the Quora pairs beside it:
 
 1. **Where the wrong hits are**: all eight agents replayed through the real cache at the
    static default (0.9, keyword mode, "within 1 point"), every served answer sorted by the kind
@@ -19,10 +19,18 @@ skipped with a message when absent):
    the tune agents as the one that serves most with an expected excess of at most ``--delta``
    points there (answers to the very same prompt counted at 0, as ``tune`` counts them). Rules:
    one static threshold; a threshold per length of the query (short, under 8 words; medium,
-   under 20; long); a logistic acceptability model of the cosine, the query's length, how many
-   words the two texts do not share, and whether a name or a number is among them.
+   under 20; long); the first two words exact (``CacheConfig.lead_words``) and a threshold; a
+   logistic acceptability model of the cosine, the query's length, how many words the two
+   texts do not share, and whether a name or a number is among them.
+3. **The issue's table through the real cache**: the check agents replayed at static
+   thresholds, with the first two words exact, and under the file ``tune`` writes from the tune
+   agents, with one threshold (``--lead-words 0``) and with the leading words tried (its
+   default), δ = 5 points as ``bench_savings.py``.
+4. **Quora question pairs** (``--quora-pairs``, a pair's cosine, not a replay): at each static
+   threshold's count of non-duplicates served, how many duplicates one threshold serves and
+   how many the first two words exact serve at no more wrong.
 
-    python benchmarks/bench_frontier.py            # about a minute on 2 cores
+    python benchmarks/bench_frontier.py            # 2 to 3 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_savings import render, row, tuned
+from dev_set import QUORA, embed_cached
 from park_calls import BED_CHECK_AGENTS, BED_TUNE_AGENTS, bed_calls, bed_embedder
 
 from llmcache import CacheConfig
@@ -49,6 +59,7 @@ from llmcache.replay import ReplayCall, replay
 
 _WORD = re.compile(r"[A-Za-z0-9']+")
 EXACT = 0.999
+LEAD = 2  # the leading words tune tries (besides none)
 
 
 def kind(text: str) -> str:
@@ -219,6 +230,16 @@ def frontier(embedder: StoredEmbedder, delta: float) -> str:
     def model(x: Label, cut: float) -> bool:
         return x.cosine >= 0.8 and float(1 / (1 + np.exp(-np.array(features(x)) @ w))) <= cut
 
+    def lead(x: Label, t: float) -> bool:
+        return x.cosine >= t and x.query.split()[:LEAD] == x.near.split()[:LEAD]
+
+    t_lead = choose(tune_labels, lead, grid, own(tune_labels), delta)
+    rows.append(
+        (
+            f"the first {LEAD} words exact, threshold learned ({t_lead})",
+            figures(check_labels, lambda x: lead(x, t_lead), own(check_labels)),
+        )
+    )
     cuts = [round(0.05 * i, 2) for i in range(1, 11)]
     cut = choose(tune_labels, model, sorted(cuts, reverse=True), own(tune_labels), delta)
     rows.append(
@@ -239,10 +260,79 @@ def frontier(embedder: StoredEmbedder, delta: float) -> str:
     return "\n".join(lines)
 
 
+def replayed(embedder: StoredEmbedder, seed: int) -> str:
+    """The issue's table through the real cache: the check agents' calls replayed at static
+    thresholds, with the first words exact, and under the file ``tune`` writes from the tune
+    agents with and without leading words to try (5 points, as ``bench_savings.py``)."""
+    calls = bed_calls(BED_CHECK_AGENTS)
+    settings = [
+        ("exact repeats only (0.999)", CacheConfig(threshold=EXACT)),
+        ("static 0.95", CacheConfig(threshold=0.95)),
+        ("static default (0.9)", CacheConfig(threshold=0.9)),
+        *(
+            (f"the first {LEAD} words exact, {t}", CacheConfig(threshold=t, lead_words=LEAD))
+            for t in (0.85, 0.88, 0.9)
+        ),
+    ]
+    rows = [
+        row(name, replay(calls, config, embedder=embedder, seed=seed).overall)
+        for name, config in settings
+    ]
+    rows.append(
+        row("the file tune writes, one threshold (before)", tuned(embedder, 0.05, seed, (0,)))
+    )
+    rows.append(
+        row(
+            f"the file tune writes, 0 or {LEAD} words tried", tuned(embedder, 0.05, seed, (0, LEAD))
+        )
+    )
+    return f"{len(calls)} calls of the check agents, keyword mode, within 1 point\n" + render(rows)
+
+
+def quora(pairs: int, seed: int) -> str:
+    """Labelled Quora question pairs (a pair, not a replay): at each rule's threshold, the
+    duplicates it would serve and the non-duplicates it would serve (wrong), compared at the
+    static threshold's wrong count."""
+    import gzip
+    import json
+    import random
+
+    with gzip.open(QUORA, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    random.Random(seed).shuffle(rows)
+    rows = [r for r in rows if r["a"].strip() and r["b"].strip()][:pairs]
+    _, vectors = embed_cached([t for r in rows for t in (r["a"], r["b"])], "frontier")
+    a, b = vectors[0::2], vectors[1::2]
+    cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    same_lead = np.array(
+        [r["a"].lower().split()[:LEAD] == r["b"].lower().split()[:LEAD] for r in rows]
+    )
+    duplicate = np.array([bool(r["duplicate"]) for r in rows])
+    lines = [
+        f"{len(rows)} labelled pairs ({int(duplicate.sum())} duplicates): duplicates served at "
+        "equal wrong (non-duplicates served)",
+        f"{'static threshold':>17} {'wrong':>6} {'duplicates, one threshold':>26} "
+        f"{f'with the first {LEAD} words exact':>30}",
+    ]
+    for t in (0.95, 0.9, 0.85, 0.8):
+        wrong = int(np.sum((cosines >= t) & ~duplicate))
+        served = int(np.sum((cosines >= t) & duplicate))
+        # The lead rule's loosest threshold with at most as many wrong.
+        best = 0
+        for u in np.arange(0.5, 1.0, 0.005):
+            passed = (cosines >= u) & same_lead
+            if np.sum(passed & ~duplicate) <= wrong:
+                best = max(best, int(np.sum(passed & duplicate)))
+        lines.append(f"{t:>17} {wrong:>6} {served:>26} {best:>30}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--delta", type=float, default=2.0, help="points (2)")
     parser.add_argument("--embeddings", type=Path, help="keep the embeddings in this directory")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quora-pairs", type=int, default=5000, help="labelled pairs (5000)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     embedder = bed_embedder("bench_frontier", args.embeddings)
@@ -252,6 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     print(where_wrong(embedder))
     print()
     print(frontier(embedder, args.delta))
+    print()
+    print("through the real cache, check agents:")
+    print(replayed(embedder, args.seed))
+    print()
+    if QUORA.exists():
+        print(quora(args.quora_pairs, args.seed))
+    else:
+        print(f"(no Quora pairs at {QUORA.name}: skipped)")
     embedder.save()
     print(f"\n{time.perf_counter() - started:.0f} s")
     return 0

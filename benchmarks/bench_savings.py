@@ -58,7 +58,7 @@ def _agree(a: str, b: str) -> bool:
     return abs(int(a) - int(b)) <= WITHIN
 
 
-def _row(name: str, f: Figures) -> dict[str, Any]:
+def row(name: str, f: Figures) -> dict[str, Any]:
     return {
         "setting": name,
         "cost_cut": f.cost_cut,
@@ -113,7 +113,7 @@ def _points(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}"
 
 
-def _render(rows: list[dict[str, Any]]) -> str:
+def render(rows: list[dict[str, Any]]) -> str:
     lines = [
         f"{'setting':<58} {'cost cut':>8} {'served':>7} {'identical':>9} "
         f"{'excess, points [95%]':>22} {'bound':>6}"
@@ -135,27 +135,15 @@ def _render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def table(embedder: StoredEmbedder, delta: float, seed: int) -> list[dict[str, Any]]:
+def tuned(
+    embedder: StoredEmbedder, delta: float, seed: int, lead_words: Sequence[int] | None = None
+) -> Figures:
+    """The check agents' figures under the file ``tune`` writes from the tune agents (keyword
+    mode; ``lead_words``: the leading words it tries, ``None``: its default)."""
     tune_calls, check_calls = bed_calls(BED_TUNE_AGENTS), bed_calls(BED_CHECK_AGENTS)
-    rows = []
-    static = [("exact repeats only (0.999)", 0.999), ("static 0.95", 0.95)]
-    static.append(("static default (0.9)", 0.9))
-    for name, threshold in static:
-        f = replay(check_calls, CacheConfig(threshold=threshold), embedder=embedder, seed=seed)
-        rows.append(_row(name, f.overall))
-    prove = CacheConfig(wrong_hit_budget=delta)
-    f = replay(check_calls, prove, embedder=embedder, seed=seed)
-    rows.append(_row(f"proving guard (δ = {delta:g}), check agents alone", f.overall))
-    with tempfile.TemporaryDirectory(prefix="bench-savings-") as where:
-        replay(tune_calls, prove, embedder=embedder, seed=seed, cache_dir=where)
-        f = replay(check_calls, prove, embedder=embedder, seed=seed, cache_dir=where)
-    rows.append(_row("proving guard, the tune agents' evidence kept", f.overall))
-    audit = CacheConfig(guard="audit", wrong_hit_budget=delta)
-    f = replay(check_calls, audit, embedder=embedder, seed=seed)
-    rows.append(_row(f"audit guard (from 0.9, δ = {delta:g})", f.overall))
     # tune splits by agents in the order agents first appear: the tune agents' calls first,
     # and a check fraction a hair under the check agents' share, so that it takes just them.
-    tuned = tune(
+    result = tune(
         tune_calls + check_calls,
         delta=delta,
         split="agents",
@@ -163,10 +151,32 @@ def table(embedder: StoredEmbedder, delta: float, seed: int) -> list[dict[str, A
         embeds=(EmbedMode.KEYWORD,),
         embedder=embedder,
         seed=seed,
+        **({} if lead_words is None else {"lead_words": lead_words}),
     )
     # The file tune writes, run on the check agents' traffic as a new cache would.
-    f = replay(check_calls, tuned.config, embedder=embedder, seed=seed)
-    rows.append(_row(f"the file tune --delta {delta:g} writes, run on them", f.overall))
+    return replay(check_calls, result.config, embedder=embedder, seed=seed).overall
+
+
+def table(embedder: StoredEmbedder, delta: float, seed: int) -> list[dict[str, Any]]:
+    tune_calls, check_calls = bed_calls(BED_TUNE_AGENTS), bed_calls(BED_CHECK_AGENTS)
+    rows = []
+    static = [("exact repeats only (0.999)", 0.999), ("static 0.95", 0.95)]
+    static.append(("static default (0.9)", 0.9))
+    for name, threshold in static:
+        f = replay(check_calls, CacheConfig(threshold=threshold), embedder=embedder, seed=seed)
+        rows.append(row(name, f.overall))
+    prove = CacheConfig(wrong_hit_budget=delta)
+    f = replay(check_calls, prove, embedder=embedder, seed=seed)
+    rows.append(row(f"proving guard (δ = {delta:g}), check agents alone", f.overall))
+    with tempfile.TemporaryDirectory(prefix="bench-savings-") as where:
+        replay(tune_calls, prove, embedder=embedder, seed=seed, cache_dir=where)
+        f = replay(check_calls, prove, embedder=embedder, seed=seed, cache_dir=where)
+    rows.append(row("proving guard, the tune agents' evidence kept", f.overall))
+    audit = CacheConfig(guard="audit", wrong_hit_budget=delta)
+    f = replay(check_calls, audit, embedder=embedder, seed=seed)
+    rows.append(row(f"audit guard (from 0.9, δ = {delta:g})", f.overall))
+    f = tuned(embedder, delta, seed)
+    rows.append(row(f"the file tune --delta {delta:g} writes, run on them", f))
     rows.extend(_own_and_random(check_calls, seed))
     return rows
 
@@ -191,7 +201,7 @@ def runs(embedder: StoredEmbedder, parts: int, delta: float, seed: int) -> list[
         with tempfile.TemporaryDirectory(prefix="bench-savings-runs-") as where:
             for number, chunk in enumerate(chunks, start=1):
                 f = replay(chunk, config, embedder=embedder, seed=seed, cache_dir=where).overall
-                out.append({"run": number, "calls": len(chunk), **_row(name, f)})
+                out.append({"run": number, "calls": len(chunk), **row(name, f)})
     return out
 
 
@@ -218,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(bed_calls(BED_CHECK_AGENTS))} calls of {', '.join(BED_CHECK_AGENTS)}; settings "
         f"learned on {', '.join(BED_TUNE_AGENTS)}; keyword mode, within {WITHIN} point"
     )
-    print(_render(rows))
+    print(render(rows))
     if sequence:
         print(
             f"\nthe bed cut by time into {args.runs} runs, each into the cache of the ones before:"

@@ -15,10 +15,13 @@ apart, and the leading words can.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
-from llmcache import CacheConfig, EmbedMode
+from llmcache import CacheConfig, CachedLLM, CacheOptions, CallInfo, EmbedMode, SemanticCache
 from llmcache.replay import ReplayCall, replay, tune
-from llmcache.testing import HashEmbedder
+from llmcache.testing import FakeOpenAI, HashEmbedder
+
+LEADING_WORDS = "(leading words)"  # what CallInfo.exact_refused names
 
 # Words without digits: the opposites gate refuses texts that differ by a number.
 VOCABULARY = [a + b for a in "bdfgklmnprst" for b in ("ar", "el", "ix", "on", "uz")]
@@ -109,3 +112,35 @@ def test_no_single_threshold_serves_the_lenient_region_and_refuses_the_strict_on
         assert shares["lenient"] < 0.4 or shares["strict"] > 0.02, (threshold, shares)
     shares = _served_near(CacheConfig(threshold=0.6, lead_words=2), calls, kinds)
     assert shares["lenient"] >= 0.4 and shares["strict"] <= 0.02, shares
+
+
+def test_a_call_says_the_leading_words_refused_its_neighbour_and_a_repeat_is_served(
+    tmp_path: Path,
+) -> None:
+    cache = SemanticCache(tmp_path / "cache", embedder=HashEmbedder()).with_config(
+        threshold=0.5, lead_words=2
+    )
+    llm = CachedLLM(FakeOpenAI(lambda kwargs: kwargs["messages"][-1]["content"]), cache=cache)
+
+    def ask(text: str) -> CallInfo:
+        _, info = llm.chat.completions.create_with_info(
+            model="m",
+            messages=[{"role": "user", "content": f"Rate: {text}"}],
+            cache=CacheOptions(category="rate", agent="Ada", keywords=[text]),
+        )
+        return info
+
+    own = "conversing about Abigail Chen and Rajiv Patel discussing their projects"
+    assert ask(own).outcome == "miss"
+    # The same conversation told by another subject: close, and refused by its first words.
+    other = ask(
+        "Abigail Chen is conversing about Abigail Chen and Rajiv Patel discussing their projects"
+    )
+    assert other.outcome == "miss" and other.exact_refused == LEADING_WORDS
+    # The same subject, another wording: served.
+    assert ask("conversing about Abigail Chen and Rajiv Patel discussing projects").outcome == "hit"
+    # The very same prompt: served.
+    assert ask(own).outcome == "hit"
+    (table,) = [t for t in cache.stats().tables if t.category == "rate"]
+    assert table.exact_refused == {LEADING_WORDS: 1}
+    cache.close()
