@@ -12,6 +12,7 @@ embedder's (MiniLM) vectors of real questions from the development set beside th
 
     .venv/bin/python benchmarks/bench_hit_path.py --sizes 10000 100000 --queries 2000
     .venv/bin/python benchmarks/bench_hit_path.py --vectors quora --sizes 100000
+    .venv/bin/python benchmarks/bench_hit_path.py --sizes 10000 --lead-words 2
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def stored_vectors(kind: str, size: int, rng: np.random.Generator) -> NDArray[np
     return vectors
 
 
-def run(size: int, queries: int, seed: int, kind: str = "random") -> dict[str, float]:
+def run(
+    size: int, queries: int, seed: int, kind: str = "random", lead_words: int = 0
+) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     vectors = stored_vectors(kind, size, rng)
     texts = [f"memory number {i}" for i in range(size)]
@@ -69,7 +72,9 @@ def run(size: int, queries: int, seed: int, kind: str = "random") -> dict[str, f
     messages = [{"role": "user", "content": "Rate the importance of a memory, 1-10."}]
     kwargs = {"model": "gpt-4o-mini", "messages": messages}
     with tempfile.TemporaryDirectory() as tmp:
-        cache = SemanticCache(Path(tmp) / "c", embedder=embedder, config=CacheConfig())
+        cache = SemanticCache(
+            Path(tmp) / "c", embedder=embedder, config=CacheConfig(lead_words=lead_words)
+        )
         client = CachedLLM(FakeOpenAI(lambda r: '{"score": 5}'), cache=cache)
         # The first entry goes in as a real miss would store it, which names the table.
         first = CacheOptions(category="importance", agent="A", keywords=[texts[0]])
@@ -131,10 +136,16 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vectors", choices=("random", "quora"), default="random")
+    parser.add_argument(
+        "--lead-words", type=int, default=0, help="CacheConfig.lead_words: each hit compares them"
+    )
     args = parser.parse_args()
     print(header_line(machine_info()), flush=True)
-    print(f"{args.vectors} vectors, {args.queries} hits per size", flush=True)
-    rows = [run(n, args.queries, args.seed, args.vectors) for n in args.sizes]
+    print(
+        f"{args.vectors} vectors, {args.queries} hits per size, lead_words={args.lead_words}",
+        flush=True,
+    )
+    rows = [run(n, args.queries, args.seed, args.vectors, args.lead_words) for n in args.sizes]
     print(
         f"{'entries':>8} {'fill s':>7} {'index s':>7} {'hit%':>6} {'create p50 ms':>13} "
         f"{'p99 ms':>7} {'search+fetch p50':>16} {'p99':>6} {'search share':>12}"
