@@ -17,7 +17,19 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from llmcache import CacheConfig, CachedLLM, CacheOptions, CallInfo, EmbedMode, SemanticCache
+import pytest
+from pydantic import ValidationError
+
+from llmcache import (
+    CacheConfig,
+    CachedLLM,
+    CacheOptions,
+    CallInfo,
+    CategoryPolicy,
+    EmbedMode,
+    SemanticCache,
+)
+from llmcache.errors import ConfigurationError
 from llmcache.replay import ReplayCall, replay, tune
 from llmcache.testing import FakeOpenAI, HashEmbedder
 
@@ -144,3 +156,21 @@ def test_a_call_says_the_leading_words_refused_its_neighbour_and_a_repeat_is_ser
     (table,) = [t for t in cache.stats().tables if t.category == "rate"]
     assert table.exact_refused == {LEADING_WORDS: 1}
     cache.close()
+
+
+def test_leading_words_survive_a_configuration_file_and_bad_values_are_refused(
+    tmp_path: Path,
+) -> None:
+    config = CacheConfig(categories={"rate": CategoryPolicy(threshold=0.88, lead_words=2)})
+    again = CacheConfig.from_file(config.to_file(tmp_path / "tuned.json"))
+    assert again.categories["rate"].lead_words == 2
+    assert again.resolve(CacheOptions(category="rate")).lead_words == 2
+    assert again.resolve(CacheOptions(category="other")).lead_words == 0
+    for bad in (-1, 17):
+        with pytest.raises(ValidationError):
+            CacheConfig(lead_words=bad)
+    (tmp_path / "bad.json").write_text('{"lead_words": "two"}')
+    with pytest.raises(ConfigurationError):
+        CacheConfig.from_file(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="lead_words"):
+        tune(_stream(0)[0], lead_words=(0, 99), embedder=HashEmbedder(dim=64))
