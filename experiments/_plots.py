@@ -610,6 +610,7 @@ def plot_replay_study(result: ReplayStudyResult, path: str | Path) -> Path:
     markers = {
         "tuned": "o",
         "static": "s",
+        "lead": "*",
         "exact": "P",
         "audit": "D",
         "prove": "v",

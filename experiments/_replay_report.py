@@ -66,6 +66,13 @@ def _embedding_note(result: ReplayStudyResult) -> str:
     )
 
 
+def _name(row: ReplayRow) -> str:
+    """A row's configuration as the report names it (the lead row with its count of words)."""
+    if row.config == "lead":
+        return f"static default, first {row.lead_words} words exact"
+    return _NAMES[row.config]
+
+
 def _row(bed: ReplayBed, mode: str, config: str) -> ReplayRow | None:
     return next((r for r in bed.rows if r.mode == mode and r.config == config), None)
 
@@ -90,6 +97,7 @@ def headline(result: ReplayStudyResult) -> str | None:
         "the model's own second answers)"
     ]
     static = _row(bed, best.mode, "static")
+    lead = _row(bed, best.mode, "lead")
     audit = _row(bed, best.mode, "audit")
     serve = _row(bed, best.mode, "serve")
     rnd = _row(bed, "-", "random")
@@ -97,6 +105,11 @@ def headline(result: ReplayStudyResult) -> str | None:
         parts.append(
             f"the static default threshold {_pct(static.overall.cost_cut)} "
             f"(excess {_excess(static.overall)})"
+        )
+    if lead is not None:
+        parts.append(
+            f"the same with the first {lead.lead_words} words exact "
+            f"{_pct(lead.overall.cost_cut)} (excess {_excess(lead.overall)})"
         )
     if audit is not None:
         parts.append(
@@ -242,6 +255,37 @@ def _exact_lines(bed: ReplayBed) -> list[str]:
     return lines
 
 
+def _lead_lines(bed: ReplayBed) -> list[str]:
+    """The static default with its leading words exact against the static default alone:
+    overall, then each category where they served a different number of queries."""
+    lines = []
+    for lead in (r for r in bed.rows if r.config == "lead"):
+        static = _row(bed, lead.mode, "static")
+        o = lead.overall
+        line = (
+            f"{lead.mode} mode, {_name(lead)}: cost cut "
+            f"{_pct(o.cost_cut)}, {o.served} of {o.calls} served, excess {_excess(o)} points"
+        )
+        if static is None:
+            lines.append(line + ".")
+            continue
+        s = static.overall
+        line += f"; the static default alone: {_pct(s.cost_cut)}, excess {_excess(s)}"
+        moved = [
+            f"{name} {_pct(static.categories[name].cost_cut)} → {_pct(f.cost_cut)} "
+            f"(excess {_excess(static.categories[name])} → {_excess(f)})"
+            for name, f in lead.categories.items()
+            if name in static.categories and f.served != static.categories[name].served
+        ]
+        line += (
+            ". By category, cut (and excess) from the static default: " + "; ".join(moved)
+            if moved
+            else "; the same number served in every category"
+        )
+        lines.append(line + ".")
+    return lines
+
+
 def _baseline_lines(bed: ReplayBed) -> list[str]:
     """Serve mode against a random answer, and what the excess is measured against."""
     lines = []
@@ -302,7 +346,7 @@ def _bed_table(bed: ReplayBed) -> list[str]:
         for name, f in [*row.categories.items(), ("all", row.overall)]:
             ok = f"{f.acceptable}/{f.served}" if f.served else "-"
             lines.append(
-                f"| {row.mode} | {_NAMES[row.config]} | {name} | {f.calls} | {f.served} | "
+                f"| {row.mode} | {_name(row)} | {name} | {f.calls} | {f.served} | "
                 f"{_pct(f.cost_cut)} | {ok} | {_agree(f)} | {_excess(f)} |"
             )
     return lines
@@ -342,6 +386,11 @@ def _short(text: str, width: int = 90) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+def _lead_words(result: ReplayStudyResult) -> int:
+    """The leading words the study's lead rows held exact (0: no lead row)."""
+    return max((r.lead_words for b in result.beds for r in b.rows if r.config == "lead"), default=0)
+
+
 def replay_lines(result: ReplayStudyResult) -> list[str]:
     """The section's lines, the headline first."""
     top = headline(result)
@@ -352,7 +401,14 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
         "(`python -m experiments replay-study`; `llmcache.replay`): settings are tuned per "
         f"category on the first part for an excess at most {100 * result.delta:g} points "
         "(`llmcache.replay.tune`), and every configuration is reported on the held-out part "
-        "beside the static default threshold, both guards at the same δ (the audit guard "
+        "beside the static default threshold"
+        + (
+            f" (in keyword mode also with the first {lead_words} words of the embedded text "
+            "exact, `lead_words`)"
+            if (lead_words := _lead_words(result))
+            else ""
+        )
+        + ", both guards at the same δ (the audit guard "
         "and the proving guard, each from the static default, learning over the whole "
         "stream), serve mode (every query whose table has an "
         "entry answered with its nearest, the tables holding every answer of the tuning "
@@ -395,6 +451,7 @@ def replay_lines(result: ReplayStudyResult) -> list[str]:
                     f"{row.overall.served} of {row.overall.calls} served, excess "
                     f"{_excess(row.overall)} points."
                 )
+        lines += [f"- {line}" for line in _lead_lines(bed)]
         lines += [f"- {line}" for line in _exact_lines(bed)]
         lines += [f"- {line}" for line in _guard_lines(result, bed)]
         lines += [f"- {line}" for line in _baseline_lines(bed)]

@@ -9,6 +9,9 @@ runs 1-2 and reported on run 3 (:func:`llmcache.replay.tune`, its check part bei
 per embedding mode, beside
 
 - **static**: the library's static default threshold;
+- **lead** (keyword mode): the static default with the first :data:`LEAD_WORDS` words of the
+  embedded text exact (``CacheConfig.lead_words``), so the subject the keywords lead with is
+  read beside the categories it decides;
 - **serve**: serve mode, every query whose table has an entry answered from it, the tables
   holding every answer of runs 1-2 (the study's operating point);
 - **random**: a random answer of the same table instead of the nearest (the baseline).
@@ -55,6 +58,7 @@ from llmcache.replay import (
     CallResult,
     Figures,
     ReplayCall,
+    Setting,
     check_mask,
     embedding_texts,
     figures,
@@ -74,6 +78,7 @@ __all__ = [
     "DEFAULT_STUDY_THRESHOLDS",
     "DEV_BED",
     "EXACT_THRESHOLD",
+    "LEAD_WORDS",
     "PARK",
     "RECORDED_CATEGORIES",
     "RECORDING_EMBEDDINGS",
@@ -102,6 +107,11 @@ PARK = _ROOT.parent / "shared" / "benchmarks" / "park_demo_isabella"
 DEV_BED = _ROOT.parent / "shared" / "benchmarks" / "park_4omini_dev"
 #: The "exact repeats only" row's threshold (raw cosine): a prompt's very text asked again.
 EXACT_THRESHOLD = 0.999
+#: The "lead" row's leading words, held exact at the static default threshold in keyword mode
+#: (``CacheConfig.lead_words``): an event's subject, which a sentence embedding weighs as a
+#: word or two of many while the answer turns on it, is most often a name or an article and a
+#: noun ("Rajiv Patel", "the cafe").
+LEAD_WORDS = 2
 #: The thresholds tuning tries, each one replay of the whole recording per mode (the
 #: library's default grid has 20: a replay of a few thousand calls takes a minute on 2 shared
 #: cores, and the study is to stay within minutes).
@@ -404,6 +414,26 @@ def _check_fraction(calls: Sequence[ReplayCall], mask: Sequence[bool], split: Sp
     return fraction
 
 
+_FixedConfig = Literal["static", "lead", "exact"]
+
+
+def _fixed_settings(mode: EmbedMode, *, exact: bool) -> list[tuple[_FixedConfig, Setting]]:
+    """The fixed rows replayed beside the tuned one in ``mode``: the static default, in
+    keyword mode the static default with the first :data:`LEAD_WORDS` words exact (the
+    keywords lead with the event's subject; a whole prompt leads with the template's own
+    words), and with ``exact`` the exact-repeats row."""
+    fixed: list[tuple[_FixedConfig, Setting]] = [
+        ("static", Setting(embed=mode, threshold=STATIC_THRESHOLD))
+    ]
+    if mode is EmbedMode.KEYWORD:
+        fixed.append(
+            ("lead", Setting(embed=mode, threshold=STATIC_THRESHOLD, lead_words=LEAD_WORDS))
+        )
+    if exact:
+        fixed.append(("exact", Setting(embed=mode, threshold=EXACT_THRESHOLD)))
+    return fixed
+
+
 def _bed(
     bed: str,
     calls: Sequence[ReplayCall],
@@ -424,11 +454,6 @@ def _bed(
     for i in range(0, len(texts), 256):  # in batches, each text once for every replay
         how.embedder.embed(texts[i : i + 256])
     fraction = _check_fraction(calls, mask, split)
-    fixed: list[tuple[Literal["static", "exact"], float, str]] = [
-        ("static", STATIC_THRESHOLD, f"{STATIC_THRESHOLD:.2f}")
-    ]
-    if exact:
-        fixed.append(("exact", EXACT_THRESHOLD, f"{EXACT_THRESHOLD:.3f}"))
     rows: list[ReplayRow] = []
     for mode in how.modes:
         tuned = tune(
@@ -456,10 +481,12 @@ def _bed(
                 },
             )
         )
-        for config, threshold, shown in fixed:
+        for config, setting in _fixed_settings(mode, exact=exact):
             report = replay(
                 calls,
-                base.updated(embed=mode, threshold=threshold),
+                base.updated(
+                    embed=mode, threshold=setting.threshold, lead_words=setting.lead_words
+                ),
                 embedder=how.embedder,
                 seed=how.seed,
                 prices=prices,
@@ -472,7 +499,8 @@ def _bed(
                     config=config,
                     overall=overall,
                     categories=per,
-                    settings={"all": f"{mode.value} mode, threshold {shown}"},
+                    settings={"all": setting.describe()},
+                    lead_words=setting.lead_words,
                 )
             )
         rows += [_guard_row(bed, guard, calls, mask, equivalences, base, how, mode, prices)

@@ -480,11 +480,13 @@ class ReplayRow(BaseModel):
     acceptable, the model's own agreement and the excess over it with its 95% interval).
     ``audit`` and ``prove`` are the two guards at the study's δ, each starting from the static
     default threshold; ``exact`` serves repeats of a prompt only (a bed that asks for it);
-    ``guards`` says per category what the guard did (over ``seeds``)."""
+    ``lead`` is the static default with the first ``lead_words`` words of the embedded text
+    exact (keyword mode only); ``guards`` says per category what the guard did (over
+    ``seeds``)."""
 
     bed: str
     mode: str  # embedding mode; "-" for the random answer
-    config: Literal["tuned", "static", "exact", "audit", "prove", "serve", "random"]
+    config: Literal["tuned", "static", "lead", "exact", "audit", "prove", "serve", "random"]
     overall: Figures
     categories: dict[str, Figures]
     settings: dict[str, str] = Field(default_factory=dict)  # per category, what was chosen
@@ -492,6 +494,8 @@ class ReplayRow(BaseModel):
     # The guard's asks in the held-out run (audits, or explorations) as a share of its bill
     # without a cache (what the evidence cost once the tuning part had settled it).
     asked_share: float | None = None
+    # The leading words a fixed row held exact (``CacheConfig.lead_words``; 0: none).
+    lead_words: int = 0
 
 
 class ReplayBed(BaseModel):

@@ -15,7 +15,9 @@ import pytest
 from experiments._profiles import QUICK, STANDARD
 from experiments._replay_report import headline, replay_lines
 from experiments._replay_study import (
+    LEAD_WORDS,
     RECORDING_EMBEDDINGS,
+    STATIC_THRESHOLD,
     TOWN_RUNS,
     read_recording_dir,
     replay_study,
@@ -82,6 +84,7 @@ def test_tuned_on_the_first_runs_and_reported_on_the_last(
     assert configs == [
         ("keyword", "tuned"),
         ("keyword", "static"),
+        ("keyword", "lead"),
         ("keyword", "audit"),
         ("keyword", "prove"),
         ("keyword", "serve"),
@@ -92,6 +95,15 @@ def test_tuned_on_the_first_runs_and_reported_on_the_last(
         ("full", "serve"),
         ("-", "random"),
     ]
+    # The leading words are a keyword-mode row only: a whole prompt leads with its template.
+    leads = [r for r in town.rows if r.config == "lead"]
+    assert [r.mode for r in leads] == ["keyword"]
+    (lead,) = leads
+    assert lead.lead_words == LEAD_WORDS
+    assert lead.settings == {
+        "all": f"keyword mode, threshold {STATIC_THRESHOLD:g}, the first {LEAD_WORDS} words exact"
+    }
+    assert all(r.lead_words == 0 for r in town.rows if r.config != "lead")
     categories = {c.category for c in runs[3]}
     for row in town.rows:
         # Every row reports run 3 only, per category and overall.
@@ -181,6 +193,17 @@ def test_the_report_s_headline_is_the_replay_study_s(
         for name, f in row.categories.items():
             if f.served:
                 assert f"| {name} | {f.calls} | {f.served} |" in text
+    # The lead row is read beside the static default, in the headline and in its own line.
+    lead = next(r for r in town.rows if r.config == "lead")
+    static = next(r for r in town.rows if r.config == "static" and r.mode == "keyword")
+    assert f"| keyword | static default, first {LEAD_WORDS} words exact | all |" in text
+    assert (
+        f"keyword mode, static default, first {LEAD_WORDS} words exact: "
+        f"cost cut {100 * lead.overall.cost_cut:.1f}%"
+    ) in text
+    assert f"the static default alone: {100 * static.overall.cost_cut:.1f}%" in text
+    if best.mode == "keyword":
+        assert f"the same with the first {LEAD_WORDS} words exact" in top
 
 
 def test_a_study_s_figures_follow_the_model_s_own_second_answers(tmp_path: Path) -> None:
