@@ -108,6 +108,20 @@ MAX_ALIGNED = 2
 MAX_SLOTS = 24
 #: At least this many fixed words make a template.
 MIN_WORDS = 3
+#: A run of this many words (and marks) is an instruction, not a value: different slot values
+#: that begin with one hold fixed text of another template (``_recurs``), and a template
+#: learned from two or more prompts never gives one of its own up to a slot.
+RUN_WORDS = 16
+#: A fixed block of fewer words and marks than this inside a slot's span is taken as part of
+#: its value when slot values are compared (``_recurs``): it matched by chance.
+VALUE_BREAK = 3
+#: How many other recent values must share a run with a prompt's value (``_recurs``): an
+#: instruction swallowed by a slot comes back with every prompt of its template.
+RECUR_VALUES = 1  # one other value is enough: see RECENT_VALUES
+#: How many recent prompts' long slot values a template being learned keeps for ``_recurs``,
+#: in calls a template needs to be learned: prompts of several templates joined into one may
+#: come a few of each, far apart.
+RECENT_VALUES = 4
 #: How much of a template's fixed text the stats show.
 SHOWN_CHARS = 80
 
@@ -228,27 +242,95 @@ def _blocks(
     return found
 
 
-def _merge(
-    template: list[_Element], tokens: list[_Element] | list[str]
-) -> tuple[list[_Element], int]:
-    """The template both share (their matching blocks in order, gaps elsewhere) and the fixed
-    words it keeps: of a template and a prompt's tokens, or of two templates. (A full stop or
-    colon alone is kept: it may be all that stands between two slots, and one that matched
-    by chance goes at the next prompt.)"""
+@dataclass
+class _Merged:
+    """Two texts' common template: its elements, the fixed words it keeps, the longest run of
+    the first's fixed text it gives up to a slot (words and marks; a gap of the first does not
+    end it, so it errs long), and the second's text in its slots (each a tuple of its words
+    and marks)."""
+
+    elements: list[_Element]
+    kept: int
+    lost: int
+    values: list[tuple[str, ...]]
+
+
+def _marks(elements: list[_Element] | list[str]) -> tuple[str, ...]:
+    """The words and marks of a span, without its white space and gaps."""
+    return tuple(e for e in elements if isinstance(e, str) and not e.isspace())
+
+
+def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Merged:
+    """The template both share (their matching blocks in order, gaps elsewhere), of a template
+    and a prompt's tokens, or of two templates. (A full stop or colon alone is kept: it may be
+    all that stands between two slots, and one that matched by chance goes at the next
+    prompt.)"""
     merged: list[_Element] = []
     at_t = at_p = 0
-    kept = 0
+    kept = lost = 0
+    values: list[tuple[str, ...]] = []
+    # A slot's value, and the fixed text a template gives up, run on over the short blocks
+    # both happen to hold inside them (a name, "of the"): what an instruction was cut into by
+    # them is one run again.
+    value: list[str] = []
+    gone = 0
     for i, j, n in _blocks(template, tokens):
         if i > at_t or j > at_p:
             merged.append(_GAP)
+            gone += len(_marks(template[at_t:i]))
+            value.extend(_marks(tokens[at_p:j]))
         block = template[i : i + n]
+        if len(_marks(block)) >= VALUE_BREAK:
+            if value:
+                values.append(tuple(value))
+            value, lost, gone = [], max(lost, gone), 0
+        else:
+            value.extend(_marks(block) if value else ())
+            gone += len(_marks(block)) if gone else 0
         merged.extend(block)
         kept += _words(block)
         at_t, at_p = i + n, j + n
     if at_t < len(template) or at_p < len(tokens):
         merged.append(_GAP)
+        gone += len(_marks(template[at_t:]))
+        value.extend(_marks(tokens[at_p:]))
+    lost = max(lost, gone)
+    if value:
+        values.append(tuple(value))
     # Two templates' slots may meet: one slot.
-    return [e for k, e in enumerate(merged) if e is not _GAP or merged[k - 1] is not _GAP], kept
+    elements = [e for k, e in enumerate(merged) if e is not _GAP or merged[k - 1] is not _GAP]
+    return _Merged(elements, kept, lost, values)
+
+
+def _recurs(values: list[tuple[str, ...]], recent: deque[tuple[_Value, ...]]) -> bool:
+    """Whether one of a prompt's slot values begins with the same ``RUN_WORDS`` words and marks
+    as ``RECUR_VALUES`` different values of recent prompts of the same template: fixed text of
+    the template it came from, which this template's slot swallowed. An agent's persona begins
+    the prompts of every template of the agent; two templates' prompts joined by it alone part
+    where their instructions begin, so a slot then begins with an instruction, and it comes
+    back with every prompt of that template. Values that merely share words further on (an
+    event told twice, a model's answer quoted in two memories) are not taken for it."""
+    mine = [_value(v) for v in values if len(v) >= RUN_WORDS]
+    if not mine:
+        return False
+    others = {v for held in recent for v in held}
+    return any(
+        sum(1 for o in others if o.head == v.head and o.whole != v.whole) >= RECUR_VALUES
+        for v in mine
+    )
+
+
+@dataclass(frozen=True)
+class _Value:
+    """A long slot value as ``_recurs`` compares it: its first ``RUN_WORDS`` words and marks,
+    and the whole of it (hashed: a template keeps a few of these, never the text)."""
+
+    head: tuple[str, ...]
+    whole: int
+
+
+def _value(value: tuple[str, ...]) -> _Value:
+    return _Value(value[:RUN_WORDS], hash(value))
 
 
 def _runs(elements: list[_Element]) -> tuple[list[str], bool, bool]:
@@ -275,6 +357,15 @@ class _Template:
     stable: int = 0
     frozen: _Frozen | None = None
     keys: tuple[tuple[str, ...] | None, tuple[str, ...] | None] = (None, None)
+    #: The long slot values of the prompts that joined it unchanged, latest last (at most
+    #: ``RECENT_VALUES * confident_calls`` prompts'): what ``_recurs`` compares a new
+    #: prompt's with. A generalised template keeps them: a value begins where it did.
+    recent: deque[tuple[_Value, ...]] = field(default_factory=deque)
+
+    @property
+    def validated(self) -> bool:
+        """Whether its fixed text was found in two or more prompts that differ (it has a slot)."""
+        return self.calls >= 2 and _GAP in self.elements
 
 
 @dataclass
@@ -356,6 +447,9 @@ class TemplateLearner:
         #: Calls passed through because they fit two templates equally.
         self.ambiguous = 0
         self.evicted = 0
+        #: Templates given up while learned: a slot of theirs held another template's fixed
+        #: text (``RUN_WORDS``), so they would have filed two templates' calls together.
+        self.refused = 0
 
     # -- the public surface --------------------------------------------------------------------
 
@@ -518,17 +612,19 @@ class TemplateLearner:
             if shared >= need:
                 hopeful.append((shared, key, math.ceil(need)))
         hopeful.sort(reverse=True)
-        best: tuple[int, int, list[_Element]] | None = None
+        best: tuple[int, int, _Merged] | None = None
         for _, key, need in hopeful[:MAX_ALIGNED]:
             template = self._learning[key]
-            merged, kept = _merge(template.elements, tokens)
-            slots = sum(1 for e in merged if e is _GAP)
-            if kept < need or slots > MAX_SLOTS:
+            merged = _merge(template.elements, tokens)
+            slots = sum(1 for e in merged.elements if e is _GAP)
+            if merged.kept < need or slots > MAX_SLOTS:
                 continue
-            if (_SEP in tokens) != (_SEP in merged):
+            if template.validated and merged.lost >= RUN_WORDS:
+                continue  # it would give up an instruction two prompts agreed on
+            if (_SEP in tokens) != (_SEP in merged.elements):
                 continue  # a system text's slot would run into the user text
-            if best is None or kept > best[1]:
-                best = (key, kept, merged)
+            if best is None or merged.kept > best[1]:
+                best = (key, merged.kept, merged)
         if best is None:
             self._seeds.append(self._add(_Template(list(tokens), bag)))
             return
@@ -536,12 +632,24 @@ class TemplateLearner:
         template = self._learning[key]
         self._learning.move_to_end(key)
         template.calls += 1
-        if merged == template.elements:
+        if merged.elements == template.elements:
+            if _recurs(merged.values, template.recent):
+                # Its slot swallowed fixed text of the template this prompt came from: it
+                # would file two templates' calls together. Never frozen; learning starts
+                # again from this prompt.
+                self._learning.pop(key)
+                self._unindex(key, template)
+                self.refused += 1
+                self._seeds.append(self._add(_Template(list(tokens), bag)))
+                return
             template.stable += 1
+            template.recent.append(tuple(_value(v) for v in merged.values if len(v) >= RUN_WORDS))
+            while len(template.recent) > RECENT_VALUES * self.confident_calls:
+                template.recent.popleft()
         else:
             self._unindex(key, template)
-            template.elements = merged
-            template.bag = _bag(merged)
+            template.elements = merged.elements
+            template.bag = _bag(merged.elements)
             template.stable = 0
             self._index(key, template)
         if template.stable >= self.confident_calls:
@@ -590,18 +698,20 @@ class TemplateLearner:
         overlap = [((template.bag & old.bag).total(), other, old) for old, other in frozen]
         overlap.sort(key=lambda o: (-o[0], o[1]))
         for _, other, old in overlap[:MAX_ALIGNED]:
-            merged, kept = _merge(old.elements, template.elements)
+            merged = _merge(old.elements, template.elements)
             most = max(_words(old.elements), _words(template.elements))
-            slots = sum(1 for e in merged if e is _GAP)
-            if kept < max(KEEP_SHARE * most, MIN_WORDS) or slots > MAX_SLOTS:
+            slots = sum(1 for e in merged.elements if e is _GAP)
+            if merged.kept < max(KEEP_SHARE * most, MIN_WORDS) or slots > MAX_SLOTS:
                 continue
-            if (_SEP in template.elements) != (_SEP in merged):
+            if max(merged.lost, _merge(template.elements, old.elements).lost) >= RUN_WORDS:
+                continue  # one of them would give up an instruction: two templates, not one
+            if (_SEP in template.elements) != (_SEP in merged.elements):
                 continue
             del self._frozen[other]
             self._unindex(other, old)
             self._unindex(key, template)
-            template.elements = merged
-            template.bag = _bag(merged)
+            template.elements = merged.elements
+            template.bag = _bag(merged.elements)
             self._index(key, template)
 
     @staticmethod

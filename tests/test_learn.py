@@ -132,6 +132,56 @@ def _burst(agents: list[str]) -> bool:
     return longest > CONFIDENT_CALLS
 
 
+def _persona_stream(seed: int, templates: int, agents: int, calls: int) -> list[tuple[int, str]]:
+    """(generating template, prompt) of calls as a town's agents send them: every prompt of an
+    agent begins with the agent's persona (most of its words), then a format line all
+    templates share, then the template's own instruction, a memory and the clock."""
+    rng = random.Random(seed)
+    personas = [
+        f"Name: Agent{a} Surname{a}\nAbout: "
+        + " ".join(rng.choice(VALUES + COMMON) for _ in range(rng.randint(60, 90)))
+        for a in range(agents)
+    ]
+    instructions = [
+        " ".join(rng.choice(FIXED + COMMON) for _ in range(rng.randint(18, 30)))
+        for _ in range(templates)
+    ]
+    out = []
+    for t in range(calls):
+        i, a = rng.randrange(templates), rng.randrange(agents)
+        memory = " ".join(rng.choice(VALUES + COMMON) for _ in range(rng.randint(3, 12)))
+        prompt = (
+            f"{personas[a]}\n\nAnswer in JSON format.\n\n{instructions[i]}\n"
+            f"Memory: {memory}\nCurrent time: {8 + t // 60}:{t % 60:02d}"
+        )
+        out.append((i, prompt))
+    return out
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    templates=st.integers(2, 5),
+    agents=st.integers(1, 3),
+    calls=st.integers(200, 400),
+)
+def test_a_persona_every_template_shares_never_files_two_templates_together(
+    seed: int, templates: int, agents: int, calls: int
+) -> None:
+    """The persona is most of every prompt, so two templates' prompts share most of their words
+    (what once made one template of them, its instructions a slot); a learned template still
+    files one template's calls only."""
+    learner = TemplateLearner()
+    sources: dict[str, Counter[int]] = defaultdict(Counter)
+    for source, prompt in _persona_stream(seed, templates, agents, calls):
+        options = learner.options(prompt)
+        if options is not None:
+            assert options.template is not None
+            sources[options.template][source] += 1
+    mixed = {t: dict(c) for t, c in sources.items() if len(c) > 1}
+    assert not mixed
+
+
 IMPORTANCE = (
     "On the scale of 1 to 10, where 1 is purely mundane and 10 is extremely poignant, rate "
     "the likely poignancy of the following piece of memory for {agent}. Respond with a single "
