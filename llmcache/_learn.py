@@ -253,11 +253,34 @@ class _Merged:
     kept: int
     lost: int
     values: list[tuple[str, ...]]
+    #: The longest text one of them holds where the other holds none (words and marks).
+    inserted: int = 0
 
 
 def _marks(elements: list[_Element] | list[str]) -> tuple[str, ...]:
     """The words and marks of a span, without its white space and gaps."""
     return tuple(e for e in elements if isinstance(e, str) and not e.isspace())
+
+
+def _none(span: list[_Element] | list[str]) -> bool:
+    """Whether a span holds no text and no slot."""
+    return not any(e is _GAP or (isinstance(e, str) and not e.isspace()) for e in span)
+
+
+def _one_line(span: list[_Element]) -> bool:
+    """Whether a span of a template holds no line break (nor a gap: a slot may hold one)."""
+    return all(isinstance(e, str) and "\n" not in e for e in span)
+
+
+def _labels_line(block: list[_Element]) -> bool:
+    """Whether a block of fixed text ends in a line that holds a word: a label such as
+    "Currently:", whose value follows on its line."""
+    for e in reversed(block):
+        if isinstance(e, str) and "\n" in e:
+            return False
+        if isinstance(e, str) and _WORD.search(e):
+            return True
+    return False
 
 
 def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Merged:
@@ -273,11 +296,21 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
     # both happen to hold inside them (a name, "of the"): what an instruction was cut into by
     # them is one run again.
     value: list[str] = []
+    inserted = 0
     gone = 0
+    line = False  # whether the text kept last ends in a labelled line ("Currently: ")
     for i, j, n in _blocks(template, tokens):
         if i > at_t or j > at_p:
             merged.append(_GAP)
-            gone += len(_marks(template[at_t:i]))
+            if _none(tokens[at_p:j]) or _none(template[at_t:i]):
+                # Text one holds where the other holds none: optional text, or another
+                # template's (a reaction's extra field, where a location prompt has none).
+                inserted = max(inserted, len(_marks(template[at_t:i])), len(_marks(tokens[at_p:j])))
+            span = template[at_t:i]
+            if gone or not (line and _one_line(span)):
+                # A line's value after its label (a status that changes) is a value given
+                # up; anything longer may be an instruction.
+                gone += len(_marks(span))
             value.extend(_marks(tokens[at_p:j]))
         block = template[i : i + n]
         if len(_marks(block)) >= VALUE_BREAK:
@@ -289,9 +322,12 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
             gone += len(_marks(block)) if gone else 0
         merged.extend(block)
         kept += _words(block)
+        line = _labels_line(block)
         at_t, at_p = i + n, j + n
     if at_t < len(template) or at_p < len(tokens):
         merged.append(_GAP)
+        if _none(tokens[at_p:]) or _none(template[at_t:]):
+            inserted = max(inserted, len(_marks(template[at_t:])), len(_marks(tokens[at_p:])))
         gone += len(_marks(template[at_t:]))
         value.extend(_marks(tokens[at_p:]))
     lost = max(lost, gone)
@@ -299,7 +335,7 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
         values.append(tuple(value))
     # Two templates' slots may meet: one slot.
     elements = [e for k, e in enumerate(merged) if e is not _GAP or merged[k - 1] is not _GAP]
-    return _Merged(elements, kept, lost, values)
+    return _Merged(elements, kept, lost, values, inserted)
 
 
 def _recurs(values: list[tuple[str, ...]], recent: deque[tuple[_Value, ...]]) -> bool:
@@ -621,6 +657,8 @@ class TemplateLearner:
                 continue
             if template.validated and merged.lost >= RUN_WORDS:
                 continue  # it would give up an instruction two prompts agreed on
+            if merged.inserted >= RUN_WORDS:
+                continue  # an instruction one holds and the other lacks: two templates
             if (_SEP in tokens) != (_SEP in merged.elements):
                 continue  # a system text's slot would run into the user text
             if best is None or merged.kept > best[1]:
@@ -703,8 +741,9 @@ class TemplateLearner:
             slots = sum(1 for e in merged.elements if e is _GAP)
             if merged.kept < max(KEEP_SHARE * most, MIN_WORDS) or slots > MAX_SLOTS:
                 continue
-            if max(merged.lost, _merge(template.elements, old.elements).lost) >= RUN_WORDS:
-                continue  # one of them would give up an instruction: two templates, not one
+            lost = max(merged.lost, _merge(template.elements, old.elements).lost)
+            if max(lost, merged.inserted) >= RUN_WORDS:
+                continue  # one would give up an instruction, or lacks one: two templates
             if (_SEP in template.elements) != (_SEP in merged.elements):
                 continue
             del self._frozen[other]

@@ -182,6 +182,31 @@ def test_a_persona_every_template_shares_never_files_two_templates_together(
     assert not mixed
 
 
+def test_a_template_with_an_extra_field_is_never_filed_with_one_without() -> None:
+    """Two templates alike but for a field one of them adds (a reaction asks what the agent
+    will do and for how long; a location choice does not), after a persona most of the text:
+    never one template, its slot holding the extra field or nothing."""
+    rng = random.Random(5)
+    persona = "Name: Ada Lee\nAbout: " + " ".join(rng.choice(VALUES) for _ in range(80))
+    extra = " ".join(rng.choice(FIXED) for _ in range(20))
+    learner = TemplateLearner()
+    sources: dict[str, Counter[int]] = defaultdict(Counter)
+    for t in range(300):
+        source = rng.randrange(2)
+        field = f", {extra}" if source else ""
+        memory = " ".join(rng.choice(VALUES) for _ in range(rng.randint(3, 8)))
+        prompt = (
+            f"{persona}\n\nAnswer in JSON format: {{choice{field}}}\n\nPick one option.\n"
+            f"Observation: {memory}\nCurrent time: {t // 60}:{t % 60:02d}"
+        )
+        options = learner.options(prompt)
+        if options is not None:
+            assert options.template is not None
+            sources[options.template][source] += 1
+    assert sources, "nothing was learned"
+    assert all(len(c) == 1 for c in sources.values()), {t: dict(c) for t, c in sources.items()}
+
+
 IMPORTANCE = (
     "On the scale of 1 to 10, where 1 is purely mundane and 10 is extremely poignant, rate "
     "the likely poignancy of the following piece of memory for {agent}. Respond with a single "
