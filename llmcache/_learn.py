@@ -43,14 +43,31 @@ through, never guessed. Agents are never crossed by the slot roles above: a lear
 template's calls name no agent (``default_agent`` aside), so its table is shared, and there
 every slot of fewer than 16 distinct values must match exactly (``llmcache/_slots.py``).
 A long block every template shares (a persona pasted into every prompt of an agent) can
-outweigh what tells two templates apart; such templates are told apart only when the texts
-that differ are more than the shared block allows (``KEEP_SHARE``).
+outweigh what tells two templates apart: two templates' prompts then share most of their
+words, and once joined, their instructions would be a slot. Three rules keep them apart
+(``RUN_WORDS``, 16 words and marks: an instruction, not a value):
+
+- a template being learned is given up when one of its slot values begins as another recent
+  value of it does, for ``RUN_WORDS``, and differs further on (``_recurs``): a swallowed
+  instruction comes back at the start of a slot with every prompt of its template, while an
+  event told twice, or a model's answer quoted in two memories, differ at their start;
+- a template learned from two or more prompts never gives a run of ``RUN_WORDS`` of its fixed
+  text up to a slot (a labelled line's value, "Currently: ...", is a value, not such a run);
+- two texts of which one holds ``RUN_WORDS`` or more where the other holds nothing (a
+  reaction's extra answer fields, where a location choice has none) are never one template.
+
+The price: where a persona is most of every prompt, templates are learned per agent (and per
+status line and day where the prompt carries them), and a template whose slots begin alike
+in prompts that differ further on (one task asked with other options) is not learned
+(``benchmarks/bench_learn_town.py``).
 
 Memory is bounded: at most ``max_templates`` frozen templates and ``max_learning`` being
 learned (the least recently used evicted, each pool apart, so that a stream of one-off prompts
 never evicts a template in use), each holding only its fixed text (prompts over
 ``max_prompt_chars`` pass through): at most ``(max_templates + max_learning) *
-max_prompt_chars`` characters of text. ``benchmarks/bench_learn.py`` measures it.
+max_prompt_chars`` characters of text; a template being learned also keeps the first
+``RUN_WORDS`` words and marks of its recent prompts' long slot values (at most
+``RECENT_VALUES * confident_calls`` prompts'). ``benchmarks/bench_learn.py`` measures it.
 
 A learned template can be exported as prompt files (:meth:`TemplateLearner.export`) that
 ``TemplateSet.from_folder`` reads: pinned, they keep the same tables (a template's tables are
