@@ -91,6 +91,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from ._errors import ConfigurationError
+from ._learned_file import SavedTemplate, read_learned, write_learned
 from ._template import COMMENT_MARKER, PromptTemplate
 from ._types import CacheOptions, EmbedMode
 
@@ -290,12 +291,19 @@ def _one_line(span: list[_Element]) -> bool:
 
 
 def _labels_line(block: list[_Element]) -> bool:
-    """Whether a block of fixed text ends in a line that holds a word: a label such as
-    "Currently:", whose value follows on its line."""
-    for e in reversed(block):
-        if isinstance(e, str) and "\n" in e:
+    """Whether a block of fixed text ends in a label: a line that holds a word and ends with a
+    colon ("Currently:"), whose value follows on its line. (A word matched by chance at the
+    start of another template's one-line instruction is not a label.)"""
+    tail = [e for e in reversed(block) if isinstance(e, str)]
+    if not tail or "\n" in tail[0]:
+        return False
+    last = next((e for e in tail if not e.isspace()), "")
+    if last != ":":
+        return False
+    for e in tail:
+        if "\n" in e:
             return False
-        if isinstance(e, str) and _WORD.search(e):
+        if _WORD.search(e):
             return True
     return False
 
@@ -470,7 +478,9 @@ class TemplateLearner:
     ``options(prompt, system, default_agent)`` learns from one call's prompt and returns the
     :class:`~llmcache.CacheOptions` to file it under, or ``None``: pass it through. Safe to
     share between threads. ``max_templates`` bounds the frozen templates, ``max_learning`` those
-    being learned, ``max_prompt_chars`` the prompts learned from.
+    being learned, ``max_prompt_chars`` the prompts learned from. ``path``: a file where the
+    templates learned are kept between processes (read at once, written as each is learned;
+    ``llmcache/_learned_file.py``), so that the next run files their calls from its first.
     """
 
     def __init__(
@@ -480,6 +490,7 @@ class TemplateLearner:
         max_learning: int = 1000,
         max_prompt_chars: int = 16_000,
         confident_calls: int = CONFIDENT_CALLS,
+        path: str | os.PathLike[str] | None = None,
     ) -> None:
         if min(max_templates, max_learning, max_prompt_chars, confident_calls) < 1:
             raise ConfigurationError("a TemplateLearner's bounds must be at least 1")
@@ -503,6 +514,12 @@ class TemplateLearner:
         #: Templates given up while learned: a slot of theirs held another template's fixed
         #: text (``RUN_WORDS``), so they would have filed two templates' calls together.
         self.refused = 0
+        #: Where learned templates are kept between processes (``None``: nowhere).
+        self.path = Path(path) if path is not None else None
+        # Templates this learner replaced (superseded or evicted): not written back.
+        self._dropped: set[tuple[str | None, ...]] = set()
+        if self.path is not None:
+            self._restore(read_learned(self.path))
 
     # -- the public surface --------------------------------------------------------------------
 
@@ -564,6 +581,36 @@ class TemplateLearner:
             path.write_text(f"{notes}{COMMENT_MARKER}\n{f.template.prompt}", encoding="utf-8")
             written.append(path)
         return written
+
+    # -- kept between processes (``path``; see _learned_file.py) -------------------------------
+
+    def _restore(self, saved: list[SavedTemplate]) -> None:
+        """Take the templates a file kept as learned (their calls are filed at once)."""
+        digests: set[str] = set()
+        for entry in saved[-self.max_templates :]:
+            elements: list[_Element] = [_GAP if t is None else t for t in entry.tokens]
+            frozen = _frozen(elements, name_of=self._name)
+            if frozen is None or frozen.template.digest in digests:
+                continue
+            digests.add(frozen.template.digest)
+            frozen.filed = entry.filed
+            template = _Template(elements, _bag(elements), calls=entry.filed, frozen=frozen)
+            key = self._next
+            self._next += 1
+            self._frozen[key] = template
+            self._index(key, template)
+
+    def _save(self) -> None:
+        """Write the learned templates to ``path`` (called with the lock held, when one is
+        learned: rare, and a reader must not see one half written)."""
+        if self.path is None:
+            return
+        saved = [
+            SavedTemplate(tokens=list(_saved_tokens(t.elements)), filed=t.frozen.filed)
+            for t in self._frozen.values()
+            if t.frozen is not None
+        ]
+        write_learned(self.path, saved, dropped=self._dropped, limit=self.max_templates)
 
     # -- filing --------------------------------------------------------------------------------
 
@@ -733,10 +780,13 @@ class TemplateLearner:
             return
         template.frozen = frozen
         self._frozen[key] = template
+        self._dropped.discard(_saved_tokens(template.elements))
         while len(self._frozen) > self.max_templates:
             old, gone = self._frozen.popitem(last=False)
             self._unindex(old, gone)
+            self._dropped.add(_saved_tokens(gone.elements))
             self.evicted += 1
+        self._save()
 
     def _supersede(self, key: int, template: _Template) -> None:
         """Generalise a template about to be frozen with the frozen ones it differs from only
@@ -765,6 +815,7 @@ class TemplateLearner:
                 continue
             del self._frozen[other]
             self._unindex(other, old)
+            self._dropped.add(_saved_tokens(old.elements))
             self._unindex(key, template)
             template.elements = merged.elements
             template.bag = _bag(merged.elements)
@@ -824,6 +875,11 @@ def _frozen(elements: list[_Element], *, name_of: Callable[[str], str]) -> _Froz
         return None
     template = probe.model_copy(update={"name": name_of(probe.digest)})
     return _Frozen(template, runs, lead, trail, len(fixed), names)
+
+
+def _saved_tokens(elements: list[_Element]) -> tuple[str | None, ...]:
+    """A template's tokens as a file keeps them: a slot is ``None``."""
+    return tuple(e if isinstance(e, str) else None for e in elements)
 
 
 def _options(template: PromptTemplate, values: dict[str, str], agent: str) -> CacheOptions:

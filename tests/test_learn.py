@@ -436,3 +436,48 @@ def test_the_proxy_learns_templates_behind_its_switch(tmp_path: Path) -> None:
     assert set(outcomes) == {"pass"}
     assert _settings(_parser().parse_args(["--no-auth", "--learn-templates"])).learn_templates
     assert not _settings(_parser().parse_args(["--no-auth"])).learn_templates
+    kept = _settings(_parser().parse_args(["--no-auth", "--learned-templates", "t.json"]))
+    assert kept.learned_templates == Path("t.json")
+
+
+def test_learned_templates_kept_in_a_file_file_the_next_process_calls_from_the_first(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "learned.json"
+    first = TemplateLearner(path=path)
+    _learned(first)
+    (learned,) = first.templates()
+    assert path.exists()
+    # A new process: the template's first call is filed, under the same name (same tables).
+    again = TemplateLearner(path=path)
+    options = again.options(_importance("Cleo", "a new memory"))
+    assert options is not None and options.category == learned.name
+    assert options.slots == {"slot_1": "Cleo", "slot_2": "a new memory"}
+    assert again.passed == 0
+    # Two processes sharing the file keep each other's templates.
+    other = TemplateLearner(path=path)
+    for i in range(40):
+        other.options(f"Summarise the day of {('Ann', 'Bob')[i % 2]} in one line: {VALUES[i]}.")
+    assert len(TemplateLearner(path=path).templates()) == 2
+
+
+def test_a_damaged_learned_templates_file_is_kept_aside_and_learning_starts_afresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "learned.json"
+    for damage in ('{"version": 1, "templates": [{"tokens": 3}]}', "{not json", '{"version": 9'):
+        path.write_text(damage)
+        with caplog.at_level("WARNING", logger="llmcache"):
+            learner = TemplateLearner(path=path)
+        assert learner.templates() == [] and "cannot be read" in caplog.text
+        assert not path.exists()
+        (aside,) = tmp_path.glob("learned.json.damaged-*")
+        assert aside.read_text() == damage  # nothing lost
+        aside.unlink()
+        caplog.clear()
+    # A file where its folder should be: the learner works, and writing it is logged.
+    (tmp_path / "taken").write_text("a file")
+    learner = TemplateLearner(path=tmp_path / "taken" / "learned.json")
+    with caplog.at_level("WARNING", logger="llmcache"):
+        _learned(learner)
+    assert learner.templates() and "cannot write the learned templates" in caplog.text

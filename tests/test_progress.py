@@ -154,7 +154,9 @@ def test_warm_tune_and_transfer_report_from_zero_to_their_totals(tmp_path: Path)
         embedder=embedder,
         progress=lambda d, t: seen.append((d, t)),
     )
-    total = 2 * len(thresholds) + 1  # every candidate, and the confirming replay
+    # Every candidate (keyword mode with no leading words and with two, full mode), and the
+    # confirming replay.
+    total = 3 * len(thresholds) + 1
     assert seen == [(d, total) for d in range(total + 1)]
 
     src = _filled(tmp_path / "src")
@@ -182,7 +184,9 @@ def test_the_commands_draw_on_a_terminal_and_stay_quiet_under_json(
     assert main(["tune", str(path), *common, "--thresholds", "0.9,0.99", "--out", str(out)]) == 0
     drawn = tty.getvalue()
     assert "embedding texts [" in drawn and "replaying settings [" in drawn
-    assert "5/5" in drawn  # 2 thresholds x 2 modes, and the confirming replay
+    # 2 thresholds x (keyword mode with no leading words and with two, full mode), and the
+    # confirming replay.
+    assert "7/7" in drawn
     assert drawn.endswith("\n")
     assert "written" in capsys.readouterr().out
 

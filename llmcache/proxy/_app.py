@@ -42,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 from .. import AsyncCachedLLM, CacheOptions, CacheStats, CallInfo, SemanticCache
 from ..errors import ConfigurationError, InvalidResponseError, LLMCacheError
 from ..llm import LLMConnection
+from ..templates import TemplateLearner
 from ._calls import (
     CHAT,
     COMPLETIONS,
@@ -146,7 +147,9 @@ class _Proxy:
             recognise: dict[str, Any] = {}
             if self.settings.templates is not None:
                 recognise["templates"] = self.settings.templates
-            if self.settings.learn_templates:
+            if self.settings.learned_templates is not None:
+                recognise["learn_templates"] = TemplateLearner(path=self.settings.learned_templates)
+            elif self.settings.learn_templates:
                 recognise["learn_templates"] = True
             self._client = AsyncCachedLLM(upstream, cache=cache, **recognise)
             logger.info(

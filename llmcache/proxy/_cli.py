@@ -88,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
         "template has been seen several times, and answers are only as safe as its slots)",
     )
     parser.add_argument(
+        "--learned-templates",
+        type=Path,
+        metavar="FILE",
+        help="keep the templates learned in FILE between runs, so that their calls are cached "
+        "from the first (implies --learn-templates)",
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         help="a CacheConfig file (JSON or TOML, e.g. written by `python -m llmcache tune`); "
@@ -145,6 +152,7 @@ def _settings(args: argparse.Namespace) -> ProxySettings:
         max_body_bytes=args.max_body_bytes,
         templates=args.templates,
         learn_templates=args.learn_templates,
+        learned_templates=args.learned_templates,
         config=cache_config,
         upstream_timeout=args.upstream_timeout,
         upstream_retries=args.upstream_retries,

@@ -133,7 +133,9 @@ class ProxySettings(BaseModel):
     synchronous cache core in a thread, and holds it while its miss waits for the upstream).
     ``templates`` names a directory of prompt templates to recognise in requests that carry no
     cache options, where the library offers recognition; ``learn_templates`` learns the
-    templates of such requests from the traffic instead (declared ones win). ``config`` is
+    templates of such requests from the traffic instead (declared ones win), and
+    ``learned_templates`` keeps what it learned in that file between runs (it implies
+    ``learn_templates``). ``config`` is
     the cache's own configuration (threshold, wrong-hit budget, bounds ...). ``cors_origins``
     lets web pages of those origins call the proxy from a browser (and read its
     ``X-LLMCache`` headers); none by default.
@@ -153,6 +155,7 @@ class ProxySettings(BaseModel):
     worker_threads: int = Field(default=64, ge=1)
     templates: Path | None = None
     learn_templates: bool = False
+    learned_templates: Path | None = None
     config: CacheConfig = Field(default_factory=CacheConfig)
     cors_origins: tuple[str, ...] = ()
 
