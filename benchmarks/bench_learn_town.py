@@ -11,7 +11,9 @@ what the learner filed it under.
 Printed per category (the town's code site): its calls, how many were filed, how many learned
 templates they were filed under and the share of the most common one; then the purity (learned
 templates that filed two categories' calls, and those calls) and the learner's counters.
-Learning does not depend on the model's answers, so no model runs.
+Then per run, the share filed when each run is a new process that reads the templates the
+runs before it learned from a file (``TemplateLearner(path=...)``), beside one process that
+learns from every run. Learning does not depend on the model's answers, so no model runs.
 
     .venv/bin/python benchmarks/bench_learn_town.py
 """
@@ -19,6 +21,7 @@ Learning does not depend on the model's answers, so no model runs.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -77,7 +80,36 @@ def main(argv: list[str] | None = None) -> int:
         f"passed through: {learner.passed}; ambiguous: {learner.ambiguous}; templates given up "
         f"because a slot held another template's text: {learner.refused}"
     )
+    print(kept_between_runs(runs))
     return 0
+
+
+def _filed(learner: TemplateLearner, path: Path) -> tuple[int, int]:
+    """A run's calls through ``learner``: how many, and how many it filed."""
+    calls = filed = 0
+    for call in read_calls(path).calls:
+        user = [m["content"] for m in call.messages if m["role"] == "user"]
+        system = [m["content"] for m in call.messages if m["role"] == "system"]
+        calls += 1
+        if len(user) == 1 and len(system) <= 1:
+            filed += learner.options(user[0], system[0] if system else None) is not None
+    return calls, filed
+
+
+def kept_between_runs(runs: list[Path]) -> str:
+    """Per run: the share filed by one process that saw every run before it, and by a new
+    process per run that read the templates the runs before it kept in a file."""
+    one = TemplateLearner()
+    lines = [f"{'run':<14} {'calls':>6} {'one process':>12} {'a process per run, file kept':>29}"]
+    with tempfile.TemporaryDirectory(prefix="bench-learn-town-") as folder:
+        kept = Path(folder) / "learned.json"
+        for path in runs:
+            calls, by_one = _filed(one, path)
+            _, by_new = _filed(TemplateLearner(path=kept), path)
+            name = path.name.split(".")[0]
+            one_share, new_share = 100 * by_one / calls, 100 * by_new / calls
+            lines.append(f"{name:<14} {calls:>6} {one_share:>11.0f}% {new_share:>28.0f}%")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
