@@ -1,5 +1,5 @@
 """Command line: ``python -m llmcache stats DIR``, ``prune DIR``, ``serve``, ``proxy``,
-``replay RECORDING`` and ``tune RECORDING``."""
+``replay RECORDING``, ``tune RECORDING`` and ``templates FILE``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from ._budget import table_stats
 from ._cache import open_backend
@@ -84,6 +85,29 @@ def _partitions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _templates(args: argparse.Namespace) -> int:
+    """The templates a learned-templates file keeps (``TemplateLearner(path=...)``, the proxy's
+    ``--learned-templates``), and with ``--export`` the same as prompt files to read and pin."""
+    from ._learn import TemplateLearner
+
+    if not args.file.is_file():
+        raise ConfigurationError(f"{args.file}: no learned-templates file there")
+    learned = TemplateLearner(path=args.file)
+    templates = learned.templates()
+    if args.export is not None:
+        written = learned.export(args.export)
+        sys.stdout.write(f"{len(written)} prompt files written to {args.export}\n")
+        return 0
+    if args.json:
+        sys.stdout.write(json.dumps([t.model_dump() for t in templates]) + "\n")
+        return 0
+    for t in templates:
+        sys.stdout.write(f"{t.name}  {t.calls} calls  slots {', '.join(t.slots)}\n  {t.shown()}\n")
+    if not templates:
+        sys.stdout.write(f"{args.file}: no learned templates\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "serve":
@@ -139,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("tables", help="list the tables (partitions) and their entry counts")
     p.add_argument("location")
     p.set_defaults(func=_partitions)
+    p = sub.add_parser("templates", help="the templates a learned-templates file keeps")
+    p.add_argument("file", type=Path, help="the file (TemplateLearner(path=...))")
+    p.add_argument("--export", type=Path, metavar="DIR", help="write them as prompt files")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_templates)
     sub.add_parser("serve", help="start the local OpenAI-compatible LLM server (see --help)")
     sub.add_parser("proxy", help="serve an OpenAI-compatible caching proxy (see --help)")
     sub.add_parser("replay", help="replay a recording through a configuration (see --help)")

@@ -5,6 +5,7 @@ as prompt files, and used by CachedLLM(learn_templates=True) and the proxy."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -481,3 +482,25 @@ def test_a_damaged_learned_templates_file_is_kept_aside_and_learning_starts_afre
     with caplog.at_level("WARNING", logger="llmcache"):
         _learned(learner)
     assert learner.templates() and "cannot write the learned templates" in caplog.text
+
+
+def test_the_command_line_lists_and_exports_a_learned_templates_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llmcache.__main__ import main
+
+    path = tmp_path / "learned.json"
+    _learned(TemplateLearner(path=path))
+    assert main(["templates", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "learned_" in out and "On the scale of 1 to 10" in out
+    assert main(["templates", str(path), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["slots"] == ["slot_1", "slot_2"]
+    assert main(["templates", str(path), "--export", str(tmp_path / "prompts")]) == 0
+    (file,) = (tmp_path / "prompts").glob("*.txt")
+    assert file.stem == listed["name"]
+    # Pinned, the file recognises what the learner filed, into the same tables.
+    assert TemplateSet.from_folder(tmp_path / "prompts").recognise(_importance("Cleo", "rain"))
+    assert main(["templates", str(tmp_path / "missing.json")]) == 1
+    assert "no learned-templates file" in capsys.readouterr().err
