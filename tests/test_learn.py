@@ -501,6 +501,8 @@ def test_the_command_line_lists_and_exports_a_learned_templates_file(
     (file,) = (tmp_path / "prompts").glob("*.txt")
     assert file.stem == listed["name"]
     # Pinned, the file recognises what the learner filed, into the same tables.
-    assert TemplateSet.from_folder(tmp_path / "prompts").recognise(_importance("Cleo", "rain"))
+    found = TemplateSet.from_folder(tmp_path / "prompts").recognise(_importance("Cleo", "rain"))
+    assert found.template is not None and found.template.name == listed["name"]
+    assert found.slots == {"slot_1": "Cleo", "slot_2": "rain"}
     assert main(["templates", str(tmp_path / "missing.json")]) == 1
     assert "no learned-templates file" in capsys.readouterr().err
