@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from rating_support import rating_call
 
 from llmcache import (
     CacheConfig,
@@ -70,16 +71,7 @@ def _stream(seed: int, memories: int = 120) -> tuple[list[ReplayCall], list[str]
     for t, i in enumerate(asks):
         words, truth, kind = made[i]
         text = " ".join(words)
-        calls.append(
-            ReplayCall(
-                category="rate",
-                agent="Ada",
-                messages=[{"role": "user", "content": f"Rate 1-10: {text}"}],
-                keywords=[text],
-                answer=str(truth),
-                time=float(t),
-            )
-        )
+        calls.append(rating_call(text, truth, float(t)))
         kinds.append(kind)
     return calls, kinds
 

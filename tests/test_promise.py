@@ -17,6 +17,8 @@ from __future__ import annotations
 import random
 import statistics
 
+from rating_support import rating_call
+
 from llmcache import CacheConfig, EmbedMode
 from llmcache.replay import ReplayCall, replay, tune
 from llmcache.testing import HashEmbedder
@@ -47,16 +49,7 @@ def _stream(seed: int, memories: int = 140, start: float = 0.0) -> list[ReplayCa
         off = rng.random() < SPREAD
         answer = truth + (3 if truth <= 5 else -3) if off else truth
         text = " ".join(words)
-        calls.append(
-            ReplayCall(
-                category="rate",
-                agent="Ada",
-                messages=[{"role": "user", "content": f"Rate 1-10: {text}"}],
-                keywords=[text],
-                answer=str(answer),
-                time=start + t,
-            )
-        )
+        calls.append(rating_call(text, answer, start + t))
     return calls
 
 
