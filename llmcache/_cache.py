@@ -291,6 +291,7 @@ class SemanticCache:
         check: EntryCheck | None = None,
         band: float = 0.0,
         judge: EntryJudge | None = None,
+        rescores: bool = True,
     ) -> tuple[list[Candidate], int]:
         """The nearest entries of one table, best first, and how many damaged ones were dropped.
 
@@ -307,7 +308,8 @@ class SemanticCache:
 
         ``judge`` (a templated call whose embedded slots are chosen per table) re-scores each
         fetched entry or rules it out (an exact slot that differs); since a re-scored entry may
-        score above its index score, every proposed candidate is then fetched.
+        score above its index score, every proposed candidate is then fetched, unless
+        ``rescores`` is false (the judge only rules entries out: ``lead_words``).
         """
         query = np.asarray(vector, dtype=np.float64).reshape(-1)
         query_norm = float(np.linalg.norm(query))
@@ -336,7 +338,7 @@ class SemanticCache:
         corrupt = 0
         while True:
             while pending and not (
-                judge is None
+                (judge is None or not rescores)
                 and scored
                 and scored[0][1].similarity.cosine - band >= pending[0][1] - _SCORE_SLACK
             ):

@@ -250,6 +250,9 @@ class _CachedCall:
                 check=self.shape.answer_problem,
                 band=self.serving.lookup_band,
                 judge=self._judge if self.options.slots or self.policy.lead_words else None,
+                # Without slots the judge only rules entries out (their leading words): the
+                # index's order still says when no candidate left can score higher.
+                rescores=bool(self.options.slots),
             )
         except StoreError:
             # The cache cannot be read (a failing disk, a lost database): answer without it.
