@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from ._config import Limits
 from ._protocols import CacheBackend
 from ._slots import (
+    LEADING_WORDS,
     embedded_from_counters,
     partition_values_from_counters,
     partitions_from_counters,
@@ -546,6 +547,14 @@ class CacheStats(BaseModel):
                     f"{t.category[:26]:<26} {t.agent[:16]:<16} "
                     f"{', '.join(t.embedded_slots or ())}; {parts}; {refused}"
                 )
+        leading = [t for t in rows if t.exact_refused.get(LEADING_WORDS)]
+        if leading:
+            # Only when close candidates were refused by their leading words (``lead_words``):
+            # a table without slots shows it nowhere else.
+            lines.append(f"{'refused by leading words':<26} {'agent':<16} {'lookups':>7}")
+            for t in leading:
+                n = t.exact_refused[LEADING_WORDS]
+                lines.append(f"{t.category[:26]:<26} {t.agent[:16]:<16} {n:>7}")
         if self.unrecognised:
             lines.append(
                 f"unrecognised: {self.unrecognised} calls matched no template (or more than "

@@ -147,6 +147,7 @@ def test_a_call_says_the_leading_words_refused_its_neighbour_and_a_repeat_is_ser
     assert ask(own).outcome == "hit"
     (table,) = [t for t in cache.stats().tables if t.category == "rate"]
     assert table.exact_refused == {LEADING_WORDS: 1}
+    assert "refused by leading words" in cache.stats().render()
     cache.close()
 
 
