@@ -547,14 +547,7 @@ class CacheStats(BaseModel):
                     f"{t.category[:26]:<26} {t.agent[:16]:<16} "
                     f"{', '.join(t.embedded_slots or ())}; {parts}; {refused}"
                 )
-        leading = [t for t in rows if t.exact_refused.get(LEADING_WORDS)]
-        if leading:
-            # Only when close candidates were refused by their leading words (``lead_words``):
-            # a table without slots shows it nowhere else.
-            lines.append(f"{'refused by leading words':<26} {'agent':<16} {'lookups':>7}")
-            for t in leading:
-                n = t.exact_refused[LEADING_WORDS]
-                lines.append(f"{t.category[:26]:<26} {t.agent[:16]:<16} {n:>7}")
+        lines += _leading_lines(rows)
         if self.unrecognised:
             lines.append(
                 f"unrecognised: {self.unrecognised} calls matched no template (or more than "
@@ -570,6 +563,19 @@ class CacheStats(BaseModel):
                 f"holding {self.entries} entries, {self.bytes} bytes"
             )
         return "\n".join(lines)
+
+
+def _leading_lines(rows: Sequence[TableStats]) -> list[str]:
+    """The tables that refused close candidates by their leading words (``lead_words``): a
+    table without slots shows it nowhere else. None: no lines."""
+    leading = [t for t in rows if t.exact_refused.get(LEADING_WORDS)]
+    if not leading:
+        return []
+    lines = [f"{'refused by leading words':<26} {'agent':<16} {'lookups':>7}"]
+    for t in leading:
+        n = t.exact_refused[LEADING_WORDS]
+        lines.append(f"{t.category[:26]:<26} {t.agent[:16]:<16} {n:>7}")
+    return lines
 
 
 def _learned_lines(learned: Sequence[LearnedTemplateStats], learning: int) -> list[str]:
