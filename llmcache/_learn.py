@@ -133,9 +133,6 @@ RUN_WORDS = 16
 #: A fixed block of fewer words and marks than this inside a slot's span is taken as part of
 #: its value when slot values are compared (``_recurs``): it matched by chance.
 VALUE_BREAK = 3
-#: How many other recent values must share a run with a prompt's value (``_recurs``): an
-#: instruction swallowed by a slot comes back with every prompt of its template.
-RECUR_VALUES = 1  # one other value is enough: see RECENT_VALUES
 #: How many recent prompts' long slot values a template being learned keeps for ``_recurs``,
 #: in calls a template needs to be learned: prompts of several templates joined into one may
 #: come a few of each, far apart.
@@ -327,34 +324,38 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
     for i, j, n in _blocks(template, tokens):
         if i > at_t or j > at_p:
             merged.append(_GAP)
-            if _none(tokens[at_p:j]) or _none(template[at_t:i]):
+            span, theirs = template[at_t:i], tokens[at_p:j]
+            given_up, held = _marks(span), _marks(theirs)
+            if _none(theirs) or _none(span):
                 # Text one holds where the other holds none: optional text, or another
                 # template's (a reaction's extra field, where a location prompt has none).
-                inserted = max(inserted, len(_marks(template[at_t:i])), len(_marks(tokens[at_p:j])))
-            span = template[at_t:i]
+                inserted = max(inserted, len(given_up), len(held))
             if gone or not (line and _one_line(span)):
                 # A line's value after its label (a status that changes) is a value given
                 # up; anything longer may be an instruction.
-                gone += len(_marks(span))
-            value.extend(_marks(tokens[at_p:j]))
+                gone += len(given_up)
+            value.extend(held)
         block = template[i : i + n]
-        if len(_marks(block)) >= VALUE_BREAK:
+        marks = _marks(block)
+        if len(marks) >= VALUE_BREAK:
             if value:
                 values.append(tuple(value))
             value, lost, gone = [], max(lost, gone), 0
         else:
-            value.extend(_marks(block) if value else ())
-            gone += len(_marks(block)) if gone else 0
+            value.extend(marks if value else ())
+            gone += len(marks) if gone else 0
         merged.extend(block)
         kept += _words(block)
         line = _labels_line(block)
         at_t, at_p = i + n, j + n
     if at_t < len(template) or at_p < len(tokens):
         merged.append(_GAP)
-        if _none(tokens[at_p:]) or _none(template[at_t:]):
-            inserted = max(inserted, len(_marks(template[at_t:])), len(_marks(tokens[at_p:])))
-        gone += len(_marks(template[at_t:]))
-        value.extend(_marks(tokens[at_p:]))
+        span, theirs = template[at_t:], tokens[at_p:]
+        given_up, held = _marks(span), _marks(theirs)
+        if _none(theirs) or _none(span):
+            inserted = max(inserted, len(given_up), len(held))
+        gone += len(given_up)
+        value.extend(held)
     lost = max(lost, gone)
     if value:
         values.append(tuple(value))
@@ -365,7 +366,7 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
 
 def _recurs(values: list[tuple[str, ...]], recent: deque[tuple[_Value, ...]]) -> bool:
     """Whether one of a prompt's slot values begins with the same ``RUN_WORDS`` words and marks
-    as ``RECUR_VALUES`` different values of recent prompts of the same template: fixed text of
+    as a different value of a recent prompt of the same template: fixed text of
     the template it came from, which this template's slot swallowed. An agent's persona begins
     the prompts of every template of the agent; two templates' prompts joined by it alone part
     where their instructions begin, so a slot then begins with an instruction, and it comes
@@ -374,11 +375,13 @@ def _recurs(values: list[tuple[str, ...]], recent: deque[tuple[_Value, ...]]) ->
     mine = [_value(v) for v in values if len(v) >= RUN_WORDS]
     if not mine:
         return False
-    others = {v for held in recent for v in held}
-    return any(
-        sum(1 for o in others if o.head == v.head and o.whole != v.whole) >= RECUR_VALUES
-        for v in mine
-    )
+    heads: dict[tuple[str, ...], set[int]] = {}
+    for held in recent:
+        for o in held:
+            heads.setdefault(o.head, set()).add(o.whole)
+    # One other value is enough: an instruction swallowed by a slot comes back with every
+    # prompt of its template, and ``RECENT_VALUES`` keeps enough prompts to meet it again.
+    return any(heads.get(v.head, set()) - {v.whole} for v in mine)
 
 
 @dataclass(frozen=True)
