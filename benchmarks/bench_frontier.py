@@ -36,7 +36,10 @@ skipped with a message when absent) and the Quora pairs beside it:
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import math
+import random
 import re
 import sys
 import time
@@ -293,10 +296,6 @@ def quora(pairs: int, seed: int) -> str:
     """Labelled Quora question pairs (a pair, not a replay): at each rule's threshold, the
     duplicates it would serve and the non-duplicates it would serve (wrong), compared at the
     static threshold's wrong count."""
-    import gzip
-    import json
-    import random
-
     with gzip.open(QUORA, "rt", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     random.Random(seed).shuffle(rows)
