@@ -42,11 +42,12 @@ from ._config import CacheConfig, CategoryPolicy
 from ._equivalence import Within, equivalence_name, one_number, same_answer
 from ._errors import LLMCacheError, ReplayError
 from ._filing import embedding_text
+from ._learn import TemplateLearner
 from ._ledger import PriceTable
 from ._protocols import Embedder
 from ._replay_calls import ReplayCall, ReplayInput
 from ._tokens import count_tokens
-from ._types import CacheOptions, EmbedMode, Usage
+from ._types import CacheOptions, CallInfo, EmbedMode, Usage
 
 __all__ = [
     "CallResult",
@@ -198,6 +199,11 @@ class CallResult(BaseModel):
     category: str
     agent: str
     outcome: str
+    #: The category the cache filed it under (a learned template's name, when it learned
+    #: them); ``None`` when it passed through.
+    filed_under: str | None = None
+    #: On a hit, the agent whose call stored the answer served (another agent's: a crossing).
+    served_from: str | None = None
     explored: bool = False
     audited: bool = False
     twin: bool = False
@@ -536,6 +542,7 @@ def replay(
     prices: PriceTable | None = None,
     keyword_slots: Mapping[str, Sequence[str]] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    learn_templates: bool | TemplateLearner = False,
 ) -> ReplayReport:
     """Replay ``calls`` in order through a fresh cache (a temporary directory) configured by
     ``config`` (a :class:`~llmcache.CacheConfig` or a file; default: the defaults), the
@@ -552,6 +559,12 @@ def replay(
     ``keyword_slots`` names, per category, the slots whose values are the keywords of the calls
     that carry slots (what a template's ``keyword_slots`` says in live use; see
     :func:`options_for`).
+
+    ``learn_templates``: send the calls as agent code that declares nothing would (no cache
+    options: no category, agent or keywords), the cache filing them under templates it learns
+    from the traffic (``CachedLLM(learn_templates=...)``; a
+    :class:`~llmcache.templates.TemplateLearner` to keep or inspect what was learned). The
+    report's categories are still the recorded ones, so that the two ways compare per category.
     """
     skipped: dict[str, int] = {}
     if isinstance(calls, ReplayInput):
@@ -567,6 +580,7 @@ def replay(
     upstream = RecordedUpstream(calls, seed)
     clock_now = [0.0]
     results: list[CallResult] = []
+    owners: dict[tuple[str | None, int | None], str] = {}
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         where = (
@@ -577,47 +591,81 @@ def replay(
         cache = SemanticCache(
             where, embedder=embedder, config=effective, prices=prices, clock=lambda: clock_now[0]
         )
-        with CachedLLM(upstream, cache) as client:
+        with CachedLLM(upstream, cache, learn_templates=learn_templates) as client:
             for index, call in enumerate(calls):
                 clock_now[0] = call.time if call.time is not None else float(index)
                 upstream.ask(index)
+                options = (
+                    None
+                    if learn_templates is not False
+                    else options_for(call, (keyword_slots or {}).get(call.category))
+                )
                 try:
-                    response, info = client.chat.completions.create_with_info(
-                        messages=call.messages,
-                        **call.params,
-                        cache=options_for(call, (keyword_slots or {}).get(call.category)),
-                    )
+                    text, info = _answer(client, call, options, prices)
                 except LLMCacheError as exc:
                     raise ReplayError(f"call {index} ({call.category}) failed: {exc}") from exc
-                text = response.choices[0].message.content or ""
-                hit = info.outcome == "hit"
-                usage = Usage(
-                    prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens
-                )
-                results.append(
-                    CallResult(
-                        index=index,
-                        category=call.category,
-                        agent=call.agent,
-                        outcome=info.outcome,
-                        explored=info.explored,
-                        audited=info.audited,
-                        twin=info.twin,
-                        identical=info.identical,
-                        cosine=info.similarity.cosine if info.similarity else None,
-                        threshold=info.threshold,
-                        closed=info.threshold is not None and closes(info.threshold),
-                        query=info.embed_text or "",
-                        served=text if hit else None,
-                        truth=call.answer,
-                        acceptable=equivalences[call.category](text, call.answer) if hit else None,
-                        cost_usd=info.cost_usd,
-                        baseline_usd=prices.cost(call.model, usage),
-                    )
-                )
+                results.append(_result(index, call, text, info, equivalences[call.category]))
+                result = results[-1]
+                # Whose call stored each entry, so that a hit says whose answer it served.
+                where_from = (info.partition_key, info.entry_id)
+                if result.outcome == "hit":
+                    result.served_from = owners.get(where_from)
+                elif info.entry_id is not None:
+                    owners[where_from] = call.agent
+                result.baseline_usd = prices.cost(call.model, _usage(call))
     return report_of(results, calls, equivalences, skipped=skipped, seed=seed).model_copy(
         update={"seconds": time.perf_counter() - started}
     )
+
+
+def _result(
+    index: int, call: ReplayCall, text: str, info: CallInfo, equivalence: Equivalence
+) -> CallResult:
+    hit = info.outcome == "hit"
+    return CallResult(
+        index=index,
+        category=call.category,
+        agent=call.agent,
+        outcome=info.outcome,
+        filed_under=info.category if info.outcome != "bypass" else None,
+        explored=info.explored,
+        audited=info.audited,
+        twin=info.twin,
+        identical=info.identical,
+        cosine=info.similarity.cosine if info.similarity else None,
+        threshold=info.threshold,
+        closed=info.threshold is not None and closes(info.threshold),
+        query=info.embed_text or "",
+        served=text if hit else None,
+        truth=call.answer,
+        acceptable=equivalence(text, call.answer) if hit else None,
+        cost_usd=info.cost_usd,
+    )
+
+
+def _usage(call: ReplayCall) -> Usage:
+    """What the recorded call spent: what it costs without a cache."""
+    return Usage(prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens)
+
+
+def _answer(
+    client: CachedLLM, call: ReplayCall, options: CacheOptions | None, prices: PriceTable
+) -> tuple[str, CallInfo]:
+    """One call sent on, under ``options``; or (``None``) as agent code that declares nothing
+    sends it: filed by the client's learner, or passed through (a bypass, at the model's
+    price)."""
+    completions = client.chat.completions
+    if options is None:
+        options = completions.file_call(messages=call.messages, **call.params)
+        if options is None:
+            response = completions.create(messages=call.messages, cache=False, **call.params)
+            cost = prices.cost(call.model, _usage(call))
+            info = CallInfo(outcome="bypass", category=call.category, cost_usd=cost)
+            return response.choices[0].message.content or "", info
+    response, info = completions.create_with_info(
+        messages=call.messages, **call.params, cache=options
+    )
+    return response.choices[0].message.content or "", info
 
 
 def report_of(

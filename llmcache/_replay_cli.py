@@ -135,6 +135,14 @@ def replay_main(argv: list[str]) -> int:
         "answers and evidence of what was replayed or run in it before, and keeps this "
         "replay's for the next (default: a fresh temporary cache)",
     )
+    parser.add_argument(
+        "--learn-templates",
+        action="store_true",
+        help="send the calls without their cache options, as agent code that declares nothing "
+        "would (no category, agent or keywords), the cache filing them under templates it "
+        "learns from the traffic (what `proxy --learn-templates` does); the report's "
+        "categories stay the recorded ones, to compare with a replay without it",
+    )
     args = parser.parse_args(argv)
     try:
         read = _read(args.recording, args.format, strict=not args.skip_malformed)
@@ -147,7 +155,12 @@ def replay_main(argv: list[str]) -> int:
         with _bar(f"replaying {len(read.calls)} calls", args) as bar:
             bar(0, 1)
             report = replay(
-                read, args.config, embedder=embedder, seed=args.seed, cache_dir=args.cache
+                read,
+                args.config,
+                embedder=embedder,
+                seed=args.seed,
+                cache_dir=args.cache,
+                learn_templates=args.learn_templates,
             )
             bar(1, 1)
         embedder.save()
