@@ -26,14 +26,28 @@ its own. So this module aligns with gaps instead:
   slot is never learned and its calls pass through);
 - a prompt joins a template still being learned when a gap-tolerant alignment (the longest
   matching blocks, in order: ``difflib.SequenceMatcher`` over tokens) keeps most of the
-  template's fixed text (``KEEP_SHARE`` of its words; a template seen once, whose "fixed"
-  text still holds its first slot values, needs ``SEED_SHARE`` of the shorter prompt's
-  words); the template is then generalised to the blocks both share, the rest become slots
-  of any length; a prompt that joins no template starts one;
+  template's fixed text (``KEEP_SHARE`` of its words) and the words they share are at least
+  ``SHARE`` of the prompt's (of both, for a template seen once, whose "fixed" text still holds
+  its first slot values); a prompt that begins and ends as a template found in two prompts
+  does joins it on ``ANCHORED_WORDS`` shared words, however long its values (a question
+  around a list of memories); the template is then generalised to the blocks both share, the
+  rest become slots of any length; a prompt that joins no template starts one;
+- words are compared outside **labelled lines' values**: a line that begins with one to
+  ``LABEL_WORDS`` words and a colon ("Currently: ...", "Learned traits: ...", "Options (JSON
+  list): [...]") holds a value after its label, as does the line after a label that stands
+  alone ("Conversation:"). So two agents' prompts of one template whose personas are labelled
+  lines share what is compared and make one template (each persona line a slot, which
+  partitions the table: below), while one agent's prompts of two templates share little; and
+  a labelled line whose value is free text (``RUN_WORDS`` words and marks or more) is one slot
+  from its label to the line's end, whatever words two values happen to share;
 - a template is learned with confidence once ``CONFIDENT_CALLS`` prompts in a row joined it
   without changing it. Only then are its calls filed; until then they pass through, counted.
-  A confident template is frozen: its text, slots and identity never change, so its tables
-  never move; a prompt that no longer fits it starts a template of its own.
+  A confident template is frozen: its text and slots do not change, so its tables stay; a
+  prompt that no longer fits it starts a template of its own, with one exception: a prompt
+  that fits it but for fewer than ``VALUE_BREAK`` words its first prompts all held by chance
+  in or beside a slot (an agent's name in each early observation, the day of the first calls
+  in "Current time: ...") widens it there in place and is filed (``_widen``; its tables are
+  then new ones, as a template's text names its tables).
 
 Safety. A frozen template files a prompt only when the prompt is exactly its fixed text with
 each slot replaced by a value (each literal run found in order, leftmost; the first at the
@@ -41,25 +55,34 @@ start, the last at the end), so the values and the template give back the prompt
 prompt that fits two templates goes to the one with more fixed text; if they tie it passes
 through, never guessed. Agents are never crossed by the slot roles above: a learned
 template's calls name no agent (``default_agent`` aside), so its table is shared, and there
-every slot of fewer than 16 distinct values must match exactly (``llmcache/_slots.py``).
-A long block every template shares (a persona pasted into every prompt of an agent) can
-outweigh what tells two templates apart: two templates' prompts then share most of their
-words, and once joined, their instructions would be a slot. Three rules keep them apart
-(``RUN_WORDS``, 16 words and marks: an instruction, not a value):
+every slot of fewer than 16 distinct values (or of few values per call) must match exactly
+(``llmcache/_slots.py``). Two templates' prompts must never make one template, their
+instructions a slot. Rules keep them apart (``RUN_WORDS``, 16 words and marks: an
+instruction, not a value):
 
-- a template being learned is given up when one of its slot values begins as another recent
-  value of it does, for ``RUN_WORDS``, and differs further on (``_recurs``): a swallowed
-  instruction comes back at the start of a slot with every prompt of its template, while an
-  event told twice, or a model's answer quoted in two memories, differ at their start;
-- a template learned from two or more prompts never gives a run of ``RUN_WORDS`` of its fixed
-  text up to a slot (a labelled line's value, "Currently: ...", is a value, not such a run);
+- no join gives a run of ``RUN_WORDS`` of the template's text (its first prompt's, for a
+  template seen once) up to a slot, but in a labelled line's value;
 - two texts of which one holds ``RUN_WORDS`` or more where the other holds nothing (a
-  reaction's extra answer fields, where a location choice has none) are never one template.
+  reaction's extra answer fields, where a location choice has none) are never one template;
+- a slot never holds a labelled line's label the other text does not hold there ("Observation:"
+  where the other tells of a person), and a label at a line's start is never a slot ("Event:"
+  against "Conversation:");
+- a template being learned is given up when one of its slot values begins as another recent
+  value of it does, for ``RUN_WORDS``, and differs further on, or is a long value seen before
+  that the latest prompt did not hold (``_recurs``): a swallowed instruction comes back;
+- a template is not confident while its long slot values recur whole (``_constant``): text
+  that never varies is fixed text, in a slot only because two templates were joined.
 
-The price: where a persona is most of every prompt, templates are learned per agent (and per
-status line and day where the prompt carries them), and a template whose slots begin alike
-in prompts that differ further on (one task asked with other options) is not learned
-(``benchmarks/bench_learn_town.py``).
+The price: a template whose persona is not in labelled lines is learned per agent (and per
+status line and day where the prompt carries them); a slot that quotes one long text for many
+calls keeps its template from being learned until the text has changed often enough; and a
+template whose slots begin alike in prompts that differ further on (one task asked with other
+options) is not learned (``benchmarks/bench_learn_town.py``). The learner cannot know which
+slots the answer does not depend on (a status line, a clock): each is a slot, exact or
+embedded as its values say, where declared templates name the keywords. So the cut of learned
+templates can fall far below declared ones (``benchmarks/bench_learn_replay.py``): export them
+(:meth:`TemplateLearner.export`), read them, and declare them with the slots that decide the
+answer (``PromptTemplate(keyword_slots=...)``).
 
 Memory is bounded: at most ``max_templates`` frozen templates and ``max_learning`` being
 learned (the least recently used evicted, each pool apart, so that a stream of one-off prompts
@@ -84,7 +107,7 @@ import os
 import re
 import threading
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +138,9 @@ KEEP_SHARE = 0.67
 #: prompt's words (and of the first prompt's, for a template seen once): so two templates are
 #: taken for one only when a block they share is most of both their prompts.
 SHARE = 0.5
+#: A prompt that begins and ends with a template's first and last words joins it when they
+#: share at least this many fixed words, however long its slot values.
+ANCHORED_WORDS = 8
 #: Prompts in a row that joined a template without changing it before its calls are filed.
 CONFIDENT_CALLS = 8
 #: Templates seen once that a prompt no signature leads to is compared with, newest first: a
@@ -137,6 +163,10 @@ VALUE_BREAK = 3
 #: in calls a template needs to be learned: prompts of several templates joined into one may
 #: come a few of each, far apart.
 RECENT_VALUES = 4
+#: A line that begins with at most this many words and a colon is a labelled line
+#: ("Currently: ...", "Options (JSON list): [...]"): its value is a value, not an instruction
+#: (``_label``, ``_line_values``).
+LABEL_WORDS = 4
 #: How much of a template's fixed text the stats show.
 SHOWN_CHARS = 80
 
@@ -169,12 +199,32 @@ def _tokens(prompt: str, system: str | None) -> list[str]:
     return tokens + _TOKEN.findall(prompt)
 
 
-def _words(elements: list[_Element] | list[str]) -> int:
+def _words(elements: Sequence[_Element]) -> int:
     return sum(1 for e in elements if isinstance(e, str) and _WORD.search(e))
 
 
 def _bag(elements: list[_Element] | list[str]) -> Counter[str]:
-    return Counter(e for e in elements if isinstance(e, str) and _WORD.search(e))
+    """The words a text (or template) is compared by: all its words but a labelled line's value
+    ("Currently: <a status>", "Learned traits: <a persona>"), which is a value, not the
+    template's text. So two agents' prompts of one template, whose personas are labelled lines,
+    share most of what is compared, and two templates' prompts of one agent, alike in persona,
+    share little."""
+    bag: Counter[str] = Counter()
+    line: list[_Element] = []
+    for e in [*elements, "\n"]:
+        if not _breaks(e):
+            line.append(e)
+            continue
+        at = _label(line)
+        bag.update(x for x in line[:at] if isinstance(x, str) and _WORD.search(x))
+        line = []
+    return bag
+
+
+def _shared(a: Counter[str], b: Counter[str]) -> int:
+    """The words two bags share, counted (``(a & b).total()``, without building the bag: it
+    runs for every template a prompt may join)."""
+    return sum(min(a[w], b[w]) for w in a.keys() & b.keys())
 
 
 def _keys(elements: list[_Element]) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
@@ -270,9 +320,11 @@ class _Merged:
     values: list[tuple[str, ...]]
     #: The longest text one of them holds where the other holds none (words and marks).
     inserted: int = 0
+    #: Whether a slot holds labelled lines' labels the other's does not (``_labels``).
+    labels: bool = False
 
 
-def _marks(elements: list[_Element] | list[str]) -> tuple[str, ...]:
+def _marks(elements: Sequence[_Element]) -> tuple[str, ...]:
     """The words and marks of a span, without its white space and gaps."""
     return tuple(e for e in elements if isinstance(e, str) and not e.isspace())
 
@@ -282,27 +334,71 @@ def _none(span: list[_Element] | list[str]) -> bool:
     return not any(e is _GAP or (isinstance(e, str) and not e.isspace()) for e in span)
 
 
-def _one_line(span: list[_Element]) -> bool:
-    """Whether a span of a template holds no line break (nor a gap: a slot may hold one)."""
-    return all(isinstance(e, str) and "\n" not in e for e in span)
+def _breaks(e: _Element) -> bool:
+    """Whether an element ends a line (the system text ends one too)."""
+    return isinstance(e, str) and ("\n" in e or e == _SEP)
 
 
-def _labels_line(block: list[_Element]) -> bool:
-    """Whether a block of fixed text ends in a label: a line that holds a word and ends with a
-    colon ("Currently:"), whose value follows on its line. (A word matched by chance at the
-    start of another template's one-line instruction is not a label.)"""
-    tail = [e for e in reversed(block) if isinstance(e, str)]
-    if not tail or "\n" in tail[0]:
+def _one_line(span: list[_Element] | list[str]) -> bool:
+    """Whether a span holds no line break."""
+    return not any(_breaks(e) for e in span)
+
+
+def _label(line: Sequence[_Element]) -> int | None:
+    """Where a labelled line's value begins (after its colon and a space), or ``None``: a
+    line that begins with one to ``LABEL_WORDS`` words (brackets allowed) and a colon, before
+    any slot ("Currently: ...", "Options (JSON list): [...]"). A line's value after its label
+    (a status that changes) is a value, however long; an instruction has no label."""
+    for k, e in enumerate(line):
+        if e is _GAP:
+            return None
+        if e == ":":
+            if _label_like(_marks(line[:k])):
+                return k + 1 + (k + 1 < len(line) and _space(line[k + 1]))
+            return None
+    return None
+
+
+def _labelled_lines(span: list[_Element] | list[str]) -> bool:
+    """Whether every line a span begins (after each of its line breaks) is a labelled line:
+    a value that runs on over labelled lines ("Learned traits: ...\nCurrently: ...", an
+    agent's persona) is values, where an instruction's lines have no labels."""
+    for k, e in enumerate(span):
+        if _breaks(e):
+            rest = span[k + 1 :]
+            end = _line_end(rest)
+            if _marks(rest[:end]) and _label(rest[:end]) is None:
+                return False
+    return True
+
+
+def _label_like(marks: tuple[str, ...]) -> bool:
+    """Whether words and marks could be a line's label: one to ``LABEL_WORDS`` words, with
+    brackets at most."""
+    return 0 < _words(list(marks)) <= LABEL_WORDS and all(
+        _WORD.search(m) or m in "()" for m in marks
+    )
+
+
+def _line_start(elements: list[_Element]) -> int:
+    """Where the last line of a text begins."""
+    for k in range(len(elements) - 1, -1, -1):
+        if _breaks(elements[k]):
+            return k + 1
+    return 0
+
+
+def _value_opens(merged: list[_Element], start: int) -> bool:
+    """Whether a slot that begins at the end of ``merged`` (whose last line begins at
+    ``start``) is a labelled value: on a labelled line after its label, or on the line after a
+    label that stands alone ("Conversation:", then a line that tells one)."""
+    if _label(merged[start:]) is not None:
+        return True
+    if start == 0:
         return False
-    last = next((e for e in tail if not e.isspace()), "")
-    if last != ":":
-        return False
-    for e in tail:
-        if "\n" in e:
-            return False
-        if _WORD.search(e):
-            return True
-    return False
+    previous = merged[_line_start(merged[: start - 1]) : start - 1]
+    at = _label(previous)
+    return at is not None and not _marks(previous[at:])
 
 
 def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Merged:
@@ -312,56 +408,121 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
     prompt.)"""
     merged: list[_Element] = []
     at_t = at_p = 0
-    kept = lost = 0
+    lost = 0
     values: list[tuple[str, ...]] = []
     # A slot's value, and the fixed text a template gives up, run on over the short blocks
     # both happen to hold inside them (a name, "of the"): what an instruction was cut into by
     # them is one run again.
     value: list[str] = []
+    # Whether that value is a labelled line's (it began after a label and stays on its line):
+    # not an instruction, so ``_recurs`` does not compare it.
+    labelled = False
     inserted = 0
+    labels = relabelled = False
     gone = 0
-    line = False  # whether the text kept last ends in a labelled line ("Currently: ")
-    for i, j, n in _blocks(template, tokens):
+    start = 0  # where the merged text's current line begins
+    # Per labelled line whose value varies (by where it begins in ``merged``): the words and
+    # marks of the second text's value.
+    lines: dict[int, int] = {}
+    # The blocks both hold, then an empty one at both ends: the gap before it is the last.
+    for i, j, n in [*_blocks(template, tokens), (len(template), len(tokens), 0)]:
         if i > at_t or j > at_p:
-            merged.append(_GAP)
             span, theirs = template[at_t:i], tokens[at_p:j]
+            line = _value_opens(merged, start)
+            merged.append(_GAP)
             given_up, held = _marks(span), _marks(theirs)
             if _none(theirs) or _none(span):
                 # Text one holds where the other holds none: optional text, or another
                 # template's (a reaction's extra field, where a location prompt has none).
                 inserted = max(inserted, len(given_up), len(held))
-            if gone or not (line and _one_line(span)):
-                # A line's value after its label (a status that changes) is a value given
-                # up; anything longer may be an instruction.
+            at_line = start == len(merged) - 1
+            labels = labels or _labels(span, at_line) != _labels(theirs, at_line)
+            # The template's own fixed text at a line's start, before a colon both hold: a
+            # label of its ("Event:", where the other prompt has "Conversation:"). (Where the
+            # template has a slot there already, the line's start is a value: a speaker.)
+            relabelled = (
+                at_line and _GAP not in span and _label_like(given_up) and _label_like(held)
+            )
+            within = line and _labelled_lines(span) and _labelled_lines(theirs)
+            if gone or not within:
                 gone += len(given_up)
+            if within:
+                lines[start] = lines.get(start, 0) + len(held)
+            labelled = within if not value else labelled and within
             value.extend(held)
         block = template[i : i + n]
         marks = _marks(block)
+        labels = labels or (relabelled and marks[:1] == (":",))
+        relabelled = False
+        if start in lines:
+            lines[start] += len(_marks(block[: _line_end(block)]))
         if len(marks) >= VALUE_BREAK:
-            if value:
+            if value and not labelled:
                 values.append(tuple(value))
             value, lost, gone = [], max(lost, gone), 0
         else:
             value.extend(marks if value else ())
             gone += len(marks) if gone else 0
+            labelled = labelled and _labelled_lines(block)
         merged.extend(block)
-        kept += _words(block)
-        line = _labels_line(block)
+        if not _one_line(block):
+            start = len(merged) - len(block) + _line_start(block)
         at_t, at_p = i + n, j + n
-    if at_t < len(template) or at_p < len(tokens):
-        merged.append(_GAP)
-        span, theirs = template[at_t:], tokens[at_p:]
-        given_up, held = _marks(span), _marks(theirs)
-        if _none(theirs) or _none(span):
-            inserted = max(inserted, len(given_up), len(held))
-        gone += len(given_up)
-        value.extend(held)
     lost = max(lost, gone)
-    if value:
+    if value and not labelled:
         values.append(tuple(value))
+    merged = _line_values(merged, {k for k, held in lines.items() if held >= RUN_WORDS})
     # Two templates' slots may meet: one slot.
     elements = [e for k, e in enumerate(merged) if e is not _GAP or merged[k - 1] is not _GAP]
-    return _Merged(elements, kept, lost, values, inserted)
+    return _Merged(elements, _bag(elements).total(), lost, values, inserted, labels)
+
+
+def _labels(span: list[_Element] | list[str], at_line: bool) -> set[tuple[str, ...]]:
+    """The labels of labelled lines a span holds at a line's start (its own start,
+    ``at_line``, included). A label is fixed text of a template, never a value: two texts
+    that hold different labels in one slot are two templates (a reaction to an object and one
+    to a person, alike but for a few lines). (The same labels on both sides were aligned
+    apart: the alignment keeps the longest blocks, not every line.)"""
+    found = set()
+    for k in range(len(span)):
+        if (k == 0 and at_line) or (k > 0 and _breaks(span[k - 1])):
+            end = _label(span[k:])
+            if end is not None:
+                found.add(_marks(span[k : k + end]))
+    return found
+
+
+def _line_end(elements: Sequence[_Element]) -> int:
+    """Where the first line of a text ends (its length if it has no line break)."""
+    return next((k for k, e in enumerate(elements) if _breaks(e)), len(elements))
+
+
+def _line_values(merged: list[_Element], free: set[int]) -> list[_Element]:
+    """A labelled line whose value is free text that varies ("Currently: <a status>",
+    "Options (JSON list): [...]") made one slot from its label to the line's end: words two
+    values happen to share ("Liam Oliver is", a comma) would otherwise stay fixed text, and
+    the next value without them would fit no template. ``free``: where the lines begin whose
+    value is free text (``RUN_WORDS`` or more words and marks): a short value (a name, a time)
+    keeps its fixed parts, so that a slot that says whose call it is stays its own, and a line
+    that ends in fixed text after its last slot ("Name: {name} likes tea") is kept as it is."""
+    out: list[_Element] = []
+    line: list[_Element] = []
+    for e in [*merged, "\n"]:
+        if not _breaks(e):
+            line.append(e)
+            continue
+        at = _label(line) if len(out) in free else None
+        if at is not None and len(_marks(line[_last_gap(line) + 1 :])) < VALUE_BREAK:
+            line = [*line[:at], _GAP]
+        out.extend(line)
+        out.append(e)
+        line = []
+    out.pop()
+    return out
+
+
+def _last_gap(elements: list[_Element]) -> int:
+    return max((k for k, e in enumerate(elements) if e is _GAP), default=-1)
 
 
 def _recurs(values: list[tuple[str, ...]], recent: deque[tuple[_Value, ...]]) -> bool:
@@ -371,7 +532,8 @@ def _recurs(values: list[tuple[str, ...]], recent: deque[tuple[_Value, ...]]) ->
     the prompts of every template of the agent; two templates' prompts joined by it alone part
     where their instructions begin, so a slot then begins with an instruction, and it comes
     back with every prompt of that template. Values that merely share words further on (an
-    event told twice, a model's answer quoted in two memories) are not taken for it."""
+    event told twice, a model's answer quoted in two memories) are not taken for it. Or whether
+    one is a long value seen before that the latest prompt did not hold (below)."""
     mine = [_value(v) for v in values if len(v) >= RUN_WORDS]
     if not mine:
         return False
@@ -381,7 +543,30 @@ def _recurs(values: list[tuple[str, ...]], recent: deque[tuple[_Value, ...]]) ->
             heads.setdefault(o.head, set()).add(o.whole)
     # One other value is enough: an instruction swallowed by a slot comes back with every
     # prompt of its template, and ``RECENT_VALUES`` keeps enough prompts to meet it again.
-    return any(heads.get(v.head, set()) - {v.whole} for v in mine)
+    if any(heads.get(v.head, set()) - {v.whole} for v in mine):
+        return True
+    # A slot that is a whole instruction comes back whole, after the other template's
+    # prompts: a long value seen before that the latest prompt did not hold. (A summary
+    # an agent's prompts quote stays until it is made anew; it does not come back.)
+    latest = {o.whole for o in recent[-1]} if recent else set()
+    return any(v.whole in seen - latest for v in mine for seen in heads.values())
+
+
+def _constant(joins: list[tuple[_Value, ...]]) -> bool:
+    """Whether the long slot values of these joins recur whole: one in every join, or most of
+    them the same few. Text that recurs whole is fixed text, in a slot only because the
+    template was merged with another template's prompt (two instructions, each a whole slot
+    value, five of one then three of the other). Such a template is not yet confident: a value
+    that varies shows, or the other instruction comes back (``_recurs``). The price: a slot
+    that quotes one long text for many calls (an agent's summary, made anew now and then)
+    keeps its template from being learned until the text has changed often enough."""
+    if not joins:
+        return False
+    common = {v.whole for v in joins[0]}
+    for held in joins[1:]:
+        common &= {v.whole for v in held}
+    wholes = [v.whole for held in joins for v in held]
+    return bool(common) or (len(wholes) >= 2 and 2 * len(set(wholes)) <= len(wholes))
 
 
 @dataclass(frozen=True)
@@ -517,6 +702,9 @@ class TemplateLearner:
         #: Templates given up while learned: a slot of theirs held another template's fixed
         #: text (``RUN_WORDS``), so they would have filed two templates' calls together.
         self.refused = 0
+        #: Learned templates widened in place: a word or two their first prompts all held by
+        #: chance made a slot (``_widen``).
+        self.widened = 0
         #: Where learned templates are kept between processes (``None``: nowhere).
         self.path = Path(path) if path is not None else None
         # Templates this learner replaced (superseded or evicted): not written back.
@@ -628,7 +816,10 @@ class TemplateLearner:
         heads, tails = _signatures(tokens)
         with self._lock:
             candidates = self._candidates(heads, tails)
-            found = self._fit(self._fitting(heads, tails), prompt, system)
+            fitting = self._fitting(heads, tails)
+            found = self._fit(fitting, prompt, system)
+            if found is None and learn:
+                found = self._widen(fitting, tokens, prompt, system)
             if found is None:
                 if learn:
                     self.passed += 1
@@ -645,6 +836,58 @@ class TemplateLearner:
             frozen.filed += learn
             template = frozen.template
         return _options(template, values, agent)
+
+    def _widen(
+        self, fitting: list[int], tokens: list[str], prompt: str, system: str | None
+    ) -> tuple[int, dict[str, str]] | None:
+        """A learned template this prompt fits but for fewer than ``VALUE_BREAK`` words (and the
+        marks beside them) that every prompt it was learned from happened to hold (an agent's
+        name in each of the first observations, the month of the first days): made a slot
+        there, in place, and the prompt filed under it. Anything more is left to learning a
+        template anew."""
+        text = f"{system}{_SEP}{prompt}" if system is not None else prompt
+        present = _bag(tokens).keys()
+        # Only a template all but a few of whose words the prompt holds can be widened to it:
+        # a set difference rules the rest out before any alignment (a bounded cost).
+        near = [
+            key
+            for key in fitting
+            if (template := self._frozen.get(key)) is not None
+            and len(template.bag.keys() - present) < VALUE_BREAK
+            and (_SEP in tokens) == (_SEP in template.elements)
+        ]
+        for key in near[:MAX_ALIGNED]:
+            template = self._frozen[key]
+            merged = _merge(template.elements, tokens)
+            if (
+                template.bag.total() - merged.kept >= VALUE_BREAK
+                or merged.lost >= RUN_WORDS
+                or merged.inserted
+                or merged.labels
+                or merged.kept < KEEP_SHARE * template.bag.total()
+                # A chance word lies in or beside a slot: widening it fuses slots or extends
+                # one, never makes a new slot of the template's other text (but in a labelled
+                # line's value: "Current time: Monday, ...", the day of the first prompts).
+                or (merged.elements.count(_GAP) > template.elements.count(_GAP) and merged.lost > 0)
+                or _keys(merged.elements) != template.keys
+            ):
+                continue
+            frozen = _frozen(merged.elements, name_of=self._name)
+            values = frozen.parse(text) if frozen is not None else None
+            if frozen is None or values is None:
+                continue
+            self._dropped.add(_saved_tokens(template.elements))
+            frozen.filed = template.frozen.filed if template.frozen is not None else 0
+            template.elements, template.bag, template.frozen = (
+                merged.elements,
+                _bag(merged.elements),
+                frozen,
+            )
+            self._dropped.discard(_saved_tokens(template.elements))
+            self.widened += 1
+            self._save()
+            return key, values
+        return None
 
     def _candidates(self, heads: list[tuple[str, ...]], tails: list[tuple[str, ...]]) -> list[int]:
         found: set[int] = set(self._others)
@@ -696,47 +939,22 @@ class TemplateLearner:
 
     def _learn(self, candidates: list[int], tokens: list[str]) -> None:
         bag = _bag(tokens)
-        words = bag.total()
-        # The words a prompt and a template both hold bound what an alignment can keep: most
-        # candidates end there; of the rest, the few sharing most are aligned (a bounded cost
-        # for a prompt of no template, whatever the templates held).
-        hopeful: list[tuple[int, int, int]] = []
-        for key in dict.fromkeys([*candidates, *reversed(self._seeds)]):
-            template = self._learning.get(key)
-            if template is None:
-                continue
-            fixed = template.bag.total()
-            # A template without a slot has seen one prompt (perhaps again and again): its
-            # words are that prompt's, slot values included.
-            seed = _GAP not in template.elements
-            need = SHARE * max(fixed, words) if seed else KEEP_SHARE * fixed
-            need = max(need, SHARE * words, MIN_WORDS)
-            shared = (bag & template.bag).total()
-            if shared >= need:
-                hopeful.append((shared, key, math.ceil(need)))
-        hopeful.sort(reverse=True)
-        best: tuple[int, int, _Merged] | None = None
-        for _, key, need in hopeful[:MAX_ALIGNED]:
-            template = self._learning[key]
-            merged = _merge(template.elements, tokens)
-            slots = sum(1 for e in merged.elements if e is _GAP)
-            if merged.kept < need or slots > MAX_SLOTS:
-                continue
-            if template.validated and merged.lost >= RUN_WORDS:
-                continue  # it would give up an instruction two prompts agreed on
-            if merged.inserted >= RUN_WORDS:
-                continue  # an instruction one holds and the other lacks: two templates
-            if (_SEP in tokens) != (_SEP in merged.elements):
-                continue  # a system text's slot would run into the user text
-            if best is None or merged.kept > best[1]:
-                best = (key, merged.kept, merged)
-        if best is None:
+        joined = self._align(candidates, tokens, bag)
+        if not joined:
             self._seeds.append(self._add(_Template(list(tokens), bag)))
             return
-        key, _, merged = best
+        key, merged = max(joined, key=lambda j: j[1].kept)
         template = self._learning[key]
         self._learning.move_to_end(key)
         template.calls += 1
+        for other, same in joined:
+            if other != key and same.elements == merged.elements:
+                # Two templates being learned that this prompt makes one (prompts joined them
+                # in turn, so neither was ever learned): one, with the longer record.
+                twin = self._learning.pop(other)
+                self._unindex(other, twin)
+                template.calls += twin.calls
+                template.stable = max(template.stable, twin.stable)
         if merged.elements == template.elements:
             if _recurs(merged.values, template.recent):
                 # Its slot swallowed fixed text of the template this prompt came from: it
@@ -757,8 +975,68 @@ class TemplateLearner:
             template.bag = _bag(merged.elements)
             template.stable = 0
             self._index(key, template)
-        if template.stable >= self.confident_calls:
+        if template.stable >= self.confident_calls and not _constant(
+            list(template.recent)[-self.confident_calls :]
+        ):
             self._freeze(key, template)
+
+    def _align(
+        self, candidates: list[int], tokens: list[str], bag: Counter[str]
+    ) -> list[tuple[int, _Merged]]:
+        """The templates being learned that this prompt may join, each with their merge."""
+        heads, tails = _signatures(tokens)
+        words = bag.total()
+        # The words a prompt and a template both hold bound what an alignment can keep: most
+        # candidates end there; of the rest, the few sharing most are aligned (a bounded cost
+        # for a prompt of no template, whatever the templates held).
+        hopeful: list[tuple[int, int, int]] = []
+        for key in dict.fromkeys([*candidates, *reversed(self._seeds)]):
+            template = self._learning.get(key)
+            if template is None:
+                continue
+            fixed = template.bag.total()
+            # A template without a slot has seen one prompt (perhaps again and again): its
+            # words are that prompt's, slot values included.
+            seed = _GAP not in template.elements
+            need = SHARE * max(fixed, words) if seed else KEEP_SHARE * fixed
+            need = max(need, SHARE * words, MIN_WORDS)
+            # A prompt that begins and ends as a template found in two prompts does (its ends
+            # are fixed text, not a first prompt's values) may hold more in its slots than the
+            # template holds fixed: a question around a long list of memories.
+            head, tail = template.keys
+            if not seed and head in heads and tail in tails:
+                need = min(need, max(KEEP_SHARE * fixed, ANCHORED_WORDS))
+            # Each word one holds and the other lacks is a word fewer they can share: a bound
+            # from two set differences (cheap) before the words are counted.
+            most = min(
+                fixed - len(template.bag.keys() - bag.keys()),
+                words - len(bag.keys() - template.bag.keys()),
+            )
+            if most < need:
+                continue
+            shared = _shared(bag, template.bag)
+            if shared >= need:
+                # Ranked by what it keeps less what it would give up: a template of the same
+                # agent's other prompt shares its persona, but gives up its instructions.
+                hopeful.append((2 * shared - fixed, key, math.ceil(need)))
+        hopeful.sort(reverse=True)
+        joined: list[tuple[int, _Merged]] = []
+        for _, key, need in hopeful[:MAX_ALIGNED]:
+            template = self._learning[key]
+            merged = _merge(template.elements, tokens)
+            slots = sum(1 for e in merged.elements if e is _GAP)
+            if merged.kept < need or slots > MAX_SLOTS:
+                continue
+            if merged.kept < SHARE * words and _keys(merged.elements) != template.keys:
+                continue  # joined by its ends alone, the ends must stay fixed
+            if merged.lost >= RUN_WORDS:
+                continue  # it would give up an instruction two prompts agreed on
+            if merged.inserted >= RUN_WORDS or merged.labels:
+                continue  # an instruction one holds and the other lacks: two templates
+            if (_SEP in tokens) != (_SEP in merged.elements):
+                continue  # a system text's slot would run into the user text
+            joined.append((key, merged))
+        return joined
 
     def _add(self, template: _Template) -> int:
         key = self._next
@@ -803,16 +1081,16 @@ class TemplateLearner:
                 near.update(index.get(sig, ()))
         # The few that share most words with it (a bounded cost, as in _learn).
         frozen = [(self._frozen[k], k) for k in near if k in self._frozen]
-        overlap = [((template.bag & old.bag).total(), other, old) for old, other in frozen]
+        overlap = [(_shared(template.bag, old.bag), other, old) for old, other in frozen]
         overlap.sort(key=lambda o: (-o[0], o[1]))
         for _, other, old in overlap[:MAX_ALIGNED]:
             merged = _merge(old.elements, template.elements)
-            most = max(_words(old.elements), _words(template.elements))
+            most = max(old.bag.total(), template.bag.total())
             slots = sum(1 for e in merged.elements if e is _GAP)
             if merged.kept < max(KEEP_SHARE * most, MIN_WORDS) or slots > MAX_SLOTS:
                 continue
             lost = max(merged.lost, _merge(template.elements, old.elements).lost)
-            if max(lost, merged.inserted) >= RUN_WORDS:
+            if max(lost, merged.inserted) >= RUN_WORDS or merged.labels:
                 continue  # one would give up an instruction, or lacks one: two templates
             if (_SEP in template.elements) != (_SEP in merged.elements):
                 continue

@@ -3,7 +3,8 @@
 model double, cached by llmcache without a change to the framework's code.
 
 (a) ``set_llm_cache(LLMCache(...))``; (b) its ChatOpenAI pointed at
-``CachedLLM(client, learn_templates=True)``. The scenario and the call-site recorder are the
+``CachedLLM(client, learn_templates=True)``; (c) its ChatOpenAI's base URL set to the proxy's
+(``python -m llmcache proxy --learn-templates``). The scenario and the call-site recorder are the
 benchmark's (benchmarks/bench_frameworks.py), so the test runs what the benchmark measures.
 """
 
@@ -225,3 +226,48 @@ def test_path_b_chatopenai_through_cachedllm_learning_templates(
     assert stats.total.hits > 0
     assert len(fake.calls) == len(sites.calls) - stats.total.hits
     cached.close()
+
+
+def test_path_c_chatopenai_pointed_at_the_proxy_learning_templates(tmp_path: Path) -> None:
+    """(c) The only change a framework's user can make without code: its ChatOpenAI's base
+    URL set to ``python -m llmcache proxy --learn-templates`` (here in-process), the model
+    a scripted double behind the proxy."""
+    from proxy_support import FakeUpstream, in_process_client
+    from starlette.testclient import TestClient
+
+    from llmcache.proxy import ProxyKey, ProxySettings, create_app
+
+    class ScriptedUpstream(FakeUpstream):
+        @staticmethod
+        def answer_to(text: str) -> str:
+            return scripted_answer(text)
+
+    upstream = ScriptedUpstream()
+    key = "sk-proxy-framework-0001"
+    cache = SemanticCache(
+        tmp_path / "c", embedder=HashEmbedder(), config=CacheConfig(threshold=0.9)
+    )
+    settings = ProxySettings(keys=(ProxyKey.parse(key),), learn_templates=True)
+    app = create_app(settings, upstream=in_process_client(upstream), cache=cache)
+    sites = bench.CallSites()
+    outcomes: list[str] = []
+    with TestClient(app) as http:
+        http.event_hooks["response"].append(lambda r: outcomes.append(r.headers["x-llmcache"]))
+        model = ChatOpenAI(
+            base_url="http://testserver/v1",
+            api_key=key,  # type: ignore[arg-type]
+            model="scripted-double",
+            http_client=http,
+            max_retries=0,
+            callbacks=[sites],
+            custom_get_token_ids=bench.approximate_token_ids,
+        )
+        for _ in range(2):  # a rerun finds the first run's answers
+            result = bench.run_scenario(
+                model, bench.EmbedderEmbeddings(HashEmbedder()), reactions=12, turns=2
+            )
+            _check_the_flow(result, reactions=12)
+    counted = Counter(outcomes)
+    assert len(outcomes) == len(sites.calls)
+    assert counted["pass"] > 0 and counted["miss"] > 0 and counted["hit"] > 0
+    assert len(upstream.calls()) == len(sites.calls) - counted["hit"]

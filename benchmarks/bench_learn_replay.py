@@ -1,0 +1,205 @@
+"""Templates learned from the traffic against templates declared, on the same real traffic
+(issue: templates and agents learned from the traffic).
+
+Each bed is replayed twice through the real cache (``llmcache.replay.replay``, the recorded
+answers standing in for the model, the static default configuration, the default local
+embedder):
+
+- **declared**: each call with the options the code that made it gives (its prompt file's
+  category, its agent, its keywords);
+- **learned**: each call as agent code that declares nothing sends it (no options at all), the
+  cache filing it under a template it learns from the traffic (``CachedLLM(learn_templates=
+  True)``, what ``python -m llmcache proxy --learn-templates`` and the LangChain cache do);
+  until a template is learned its calls pass through.
+
+Printed per bed: the learner's own time per prompt (to learn from one that passes through,
+and to file one). Then per bed and path: the calls, the share filed (not passed through), the
+cost cut, the answers served, the excess over the model's own variability with its 95%
+interval (points), the agent crossings (hits that served an answer another agent's call
+stored), and for the learned path the templates learned and the purity (templates that filed
+calls of two of the code's prompt files). Then, per bed and prompt file, the share of its
+calls each path filed and served.
+
+The beds (``../shared/benchmarks/``, beside the repository; a bed that is absent is skipped,
+said so):
+
+- ``park_4omini_dev``: eight agents of one gpt-4o-mini run of Park et al.'s code, each memory's
+  importance rated through Park's two poignancy prompts (``benchmarks/park_calls.py --bed``);
+- ``park_demo_isabella``: the shared agent of Park et al.'s published demo run (gpt-3.5-turbo);
+- the bundled town's recording (``docs/results/recording/``, SmolLM2: a model that agrees with
+  itself on half of its ratings, so its excess is wide), where the persona, status line and
+  clock of every prompt are slots the learner cannot know to ignore.
+
+    .venv/bin/python benchmarks/bench_learn_replay.py    # about a minute on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from bench_models import header_line, machine_info  # beside this file
+from park_calls import PARK, PARK_4OMINI, bed_calls, park_calls  # beside this file
+
+from llmcache import EmbedMode
+from llmcache.embedders import StoredEmbedder, default_embedder
+from llmcache.replay import ReplayCall, ReplayReport, embedding_texts, read_calls, replay
+from llmcache.templates import TemplateLearner
+
+RECORDING = Path(__file__).resolve().parents[1] / "docs" / "results" / "recording"
+
+
+def beds() -> dict[str, list[ReplayCall]]:
+    """The beds present on this machine, by name."""
+    found: dict[str, list[ReplayCall]] = {}
+    if PARK_4OMINI.exists():
+        found["park_4omini_dev (8 agents)"] = bed_calls()
+    else:
+        print(f"skipped: {PARK_4OMINI} is absent")
+    if PARK.exists():
+        found["park_demo_isabella"] = park_calls()
+    else:
+        print(f"skipped: {PARK} is absent")
+    runs = sorted(RECORDING.glob("run*.jsonl*"))
+    if runs:
+        found["town recording (3 runs)"] = [c for run in runs for c in read_calls(run).calls]
+    else:
+        print(f"skipped: no recording in {RECORDING}")
+    return found
+
+
+def row(bed: str, path: str, report: ReplayReport, learner: TemplateLearner | None) -> list[str]:
+    f = report.overall
+    results = report.results
+    filed = sum(1 for r in results if r.filed_under is not None)
+    crossings = sum(
+        1 for r in results if r.outcome == "hit" and r.served_from not in (None, r.agent)
+    )
+    interval = (
+        f"{f.excess:+.1f} [{f.excess_low:+.1f}, {f.excess_upper:+.1f}]"
+        if f.served
+        and f.excess is not None
+        and f.excess_low is not None
+        and f.excess_upper is not None
+        else "- (nothing served)"
+    )
+    templates = purity = "-"
+    if learner is not None:
+        files: dict[str, set[str]] = defaultdict(set)
+        for r in results:
+            if r.filed_under is not None:
+                files[r.filed_under].add(r.category)
+        mixed = sum(1 for categories in files.values() if len(categories) > 1)
+        templates = str(len(files))
+        purity = f"{len(files) - mixed}/{len(files)}"
+    return [
+        bed,
+        path,
+        str(f.calls),
+        f"{filed / f.calls:.0%}" if f.calls else "-",
+        f"{f.cost_cut:.1%}",
+        str(f.served),
+        interval,
+        str(crossings),
+        templates,
+        purity,
+    ]
+
+
+HEADER = [
+    "bed",
+    "path",
+    "calls",
+    "filed",
+    "cost cut",
+    "served",
+    "excess, points [95%]",
+    "agent crossings",
+    "templates",
+    "pure",
+]
+
+
+def per_category(bed: str, reports: dict[str, ReplayReport]) -> list[list[str]]:
+    """Per prompt file: its calls, and per path the share filed and the share served."""
+    rows = []
+    calls = Counter(r.category for r in next(iter(reports.values())).results)
+    for category, n in calls.most_common():
+        cells = [bed, category, str(n)]
+        for report in reports.values():
+            mine = [r for r in report.results if r.category == category]
+            filed = sum(1 for r in mine if r.filed_under is not None)
+            served = sum(1 for r in mine if r.outcome == "hit")
+            cells.append(f"{filed / n:.0%} / {served / n:.0%}")
+        rows.append(cells)
+    return rows
+
+
+def learner_times(calls: Sequence[ReplayCall]) -> str:
+    """The learner alone over a bed's prompts, in order: the time to learn from a prompt that
+    passes through and to file one, per prompt."""
+    learner = TemplateLearner()
+    passed: list[float] = []
+    filed: list[float] = []
+    for call in calls:
+        user = [str(m["content"]) for m in call.messages if m.get("role") == "user"]
+        system = [str(m["content"]) for m in call.messages if m.get("role") == "system"]
+        started = time.perf_counter()
+        options = learner.options(user[-1] if user else "", system[0] if system else None)
+        (passed if options is None else filed).append((time.perf_counter() - started) * 1000)
+
+    def pct(times: list[float]) -> str:
+        if not times:
+            return "-"
+        return f"p50 {np.percentile(times, 50):.2f} ms, p99 {np.percentile(times, 99):.2f} ms"
+
+    return (
+        f"learned from (passed through) {len(passed)}: {pct(passed)}; "
+        f"filed {len(filed)}: {pct(filed)}"
+    )
+
+
+def print_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, ["-" * w for w in widths], *rows]:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.parse_args(argv)
+    print(header_line(machine_info()), flush=True)
+    found = beds()
+    if not found:
+        return 2
+    embedder = StoredEmbedder(default_embedder())
+    embedder.warm(
+        embedding_texts([c for calls in found.values() for c in calls], [EmbedMode.KEYWORD])
+    )
+    rows: list[list[str]] = []
+    categories: list[list[str]] = []
+    for bed, calls in found.items():
+        started = time.perf_counter()
+        learner = TemplateLearner()
+        reports = {
+            "declared": replay(calls, embedder=embedder),
+            "learned": replay(calls, embedder=embedder, learn_templates=learner),
+        }
+        rows.append(row(bed, "declared", reports["declared"], None))
+        rows.append(row(bed, "learned", reports["learned"], learner))
+        categories.extend(per_category(bed, reports))
+        print(f"{bed}: {len(calls)} calls, both paths in {time.perf_counter() - started:.0f} s")
+        print(f"  the learner alone: {learner_times(calls)}")
+    print()
+    print_table(rows, HEADER)
+    print("\nper prompt file, filed / served:")
+    print_table(categories, ["bed", "prompt file", "calls", "declared", "learned"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
