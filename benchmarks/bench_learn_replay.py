@@ -25,6 +25,8 @@ said so):
 
 - ``park_4omini_dev``: eight agents of one gpt-4o-mini run of Park et al.'s code, each memory's
   importance rated through Park's two poignancy prompts (``benchmarks/park_calls.py --bed``);
+- the same, each call made three times by three agents who differ by their name alone (24
+  agents, whose personas are alike: a shared table must keep them apart by the name);
 - ``park_demo_isabella``: the shared agent of Park et al.'s published demo run (gpt-3.5-turbo);
 - the bundled town's recording (``docs/results/recording/``, SmolLM2: a model that agrees with
   itself on half of its ratings, so its excess is wide), where the persona, status line and
@@ -58,6 +60,7 @@ def beds() -> dict[str, list[ReplayCall]]:
     found: dict[str, list[ReplayCall]] = {}
     if PARK_4OMINI.exists():
         found["park_4omini_dev (8 agents)"] = bed_calls()
+        found["the same, 24 agents (3 names each)"] = many_agents(bed_calls())
     else:
         print(f"skipped: {PARK_4OMINI} is absent")
     if PARK.exists():
@@ -70,6 +73,27 @@ def beds() -> dict[str, list[ReplayCall]]:
     else:
         print(f"skipped: no recording in {RECORDING}")
     return found
+
+
+SUFFIXES = ("", " Jr", " III")
+
+
+def many_agents(calls: list[ReplayCall]) -> list[ReplayCall]:
+    """Each call three times, as three agents who differ by their name alone (every name in
+    the prompt made anew: "Mei Lin Jr", "Mei Lin III"): more agents than 15, whose personas
+    are alike, so that a shared table must keep them apart by their names."""
+    names = sorted({c.agent for c in calls}, key=len, reverse=True)
+    out = []
+    for call in calls:
+        for suffix in SUFFIXES:
+            messages = []
+            for m in call.messages:
+                text = str(m["content"])
+                for name in names if suffix else ():
+                    text = text.replace(name, name + suffix)
+                messages.append({**m, "content": text})
+            out.append(call.model_copy(update={"agent": call.agent + suffix, "messages": messages}))
+    return out
 
 
 def row(bed: str, path: str, report: ReplayReport, learner: TemplateLearner | None) -> list[str]:

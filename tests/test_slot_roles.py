@@ -201,3 +201,41 @@ def test_an_agents_changing_persona_is_neither_embedded_nor_matched(tmp_path: Pa
     info = ask_as(1, events[5])
     assert info.outcome == "hit" and info.embedded_slots == ("3",)
     cache.close()
+
+
+# Park's file with the persona's age on a line of its own: a slot of few values (three ages
+# among the agents) that cannot tell more than three agents apart.
+WITH_AGE = AS_IS.replace("!<INPUT 1>!\n\nRate", "Age: !<INPUT 4>!\n!<INPUT 1>!\n\nRate").replace(
+    "!<INPUT 3>! -- Event description", "!<INPUT 3>! -- Event description\n!<INPUT 4>! -- Age"
+)
+
+
+def test_more_than_15_agents_sharing_a_table_never_get_each_other_s_answers(
+    tmp_path: Path,
+) -> None:
+    """24 agents of one shared table, their personas alike but for the name, three ages
+    among them: once the names partition (each agent has called about ten times), a few-valued
+    slot (the age) must not be taken for what tells the callers apart, leaving the names to
+    be neither embedded nor matched (which served agents each other's answers)."""
+    cache = SemanticCache(tmp_path / "cache", embedder=HashEmbedder()).with_config(threshold=0.8)
+    llm = CachedLLM(FakeOpenAI(answer), cache=cache, templates=[_template(WITH_AGE)])
+    agents = [f"Agent{i} Surname{i}" for i in range(24)]
+    crossed = []
+    for step in range(24 * 14):
+        agent = agents[(step * 7) % 24]
+        event = f"{WORDS[step % 8]} {WORDS[(step // 8) % 8]}"  # events every agent meets
+        text = _template(WITH_AGE).fill(
+            agent,
+            "Runs a cafe in town, likes music.",
+            agent,
+            event,
+            str(20 + agents.index(agent) % 3),
+        )
+        reply, _ = llm.chat.completions.create_with_info(
+            model="m", messages=[{"role": "user", "content": text.text}]
+        )
+        content = reply.choices[0].message.content
+        if step >= 24 * 10 and content.split("|")[0] != agent:
+            crossed.append((step, agent, content))
+    assert not crossed, crossed[:3]
+    cache.close()
