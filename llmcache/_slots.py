@@ -17,8 +17,9 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
   *whose* query it is, not *what* is asked, and is never embedded. In a table several agents
   share (its calls name no agent: a prompt file recognised without an ``agent slot:`` note),
   every slot partitions until it has shown 16 distinct values (or while they are few per
-  call), and every partitioning slot is exact (:func:`exact_partitions`), so one agent is
-  never served another's answer, not even in the table's first calls (up to 15 agents);
+  call), and the partitioning slots that separate the callers are exact
+  (:func:`exact_partitions`), so one agent is never served another's answer, not even in the
+  table's first calls (up to 15 agents);
 - **times and dates inside** an embedded slot's value (``[Monday February 13 -- 10:00 AM]
   Activity:``) must match too (``CacheConfig(exact_times=True)``, the default), the rest
   being embedded;
@@ -302,18 +303,23 @@ def partitioning(
 def exact_partitions(
     profile: Mapping[str, float], parts: frozenset[str], *, shared: bool
 ) -> frozenset[str]:
-    """Of a table's partitioning slots, those a candidate must match exactly.
+    """Of a table's partitioning slots, those a candidate must match exactly; the others are
+    context: neither embedded nor matched (a persona summary that changes over the day).
 
-    Only a ``shared`` table needs any: an agent's own table cannot cross agents, and there a
-    partitioning slot is context, neither embedded nor matched (a persona summary that changes
-    over the day). In a shared table every partitioning slot is exact. A slot of few values
-    (an agent's age, a trait) cannot tell more than 15 callers apart, and a slot of many
-    values that recur may be the name of each of a population of more than 15 agents as well
-    as one agent's successive personas: the two cannot be told apart from the counters, and
-    taking the name for context served one agent another's answer (a learned template shared
-    by 24 agents, ``tests/test_slot_roles.py``)."""
+    Only a ``shared`` table needs any: an agent's own table cannot cross agents. In a shared
+    table, the slots of few values (fewer than ``QUERY_DISTINCT``: an agent's name) are exact,
+    and so is every partitioning slot of short values (``_NAMED_CHARS``: a name, whatever the
+    number of callers); a slot of many long values that partitions by their recurrence alone
+    (each agent's successive personas) is context when a slot of few values, with more than
+    one, already separates the callers, and exact otherwise. (A slot of few values cannot tell
+    more than 15 callers apart: with 24 agents of three ages, the ages exact and the names
+    taken for context served agents each other's answers; ``tests/test_slot_roles.py``.)"""
     if not shared:
         return frozenset()
+    few = frozenset(name for name in parts if _filled(profile, name) < QUERY_DISTINCT)
+    if any(_filled(profile, name) > 1 for name in few):
+        named = {n for n in parts - few if profile.get(f"{_LEN}{n}", 0.0) <= _NAMED_CHARS}
+        return few | named
     return parts
 
 
