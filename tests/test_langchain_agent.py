@@ -127,6 +127,16 @@ def _check_the_flow(result: Any, reactions: int) -> None:
     assert all("Calm and curious." in s for s in result.summaries.values())
 
 
+def _run_twice(model: Any) -> None:
+    """The scenario run twice (a rerun of a study, say): the second finds the first's answers
+    wherever it asks what the first asked. The framework's flow runs to its end both times."""
+    for _ in range(2):
+        result = bench.run_scenario(
+            model, bench.EmbedderEmbeddings(HashEmbedder()), reactions=12, turns=2
+        )
+        _check_the_flow(result, reactions=12)
+
+
 def test_path_a_set_llm_cache_files_the_framework_under_learned_templates(tmp_path: Path) -> None:
     model = ScriptedChatModel(custom_get_token_ids=bench.approximate_token_ids)
     sites = bench.CallSites()
@@ -137,13 +147,7 @@ def test_path_a_set_llm_cache_files_the_framework_under_learned_templates(tmp_pa
     )
     set_llm_cache(cache)
     try:
-        # The simulation run twice (a rerun of a study, say): the second finds the first's
-        # answers wherever it asks what the first asked.
-        for _ in range(2):
-            result = bench.run_scenario(
-                model, bench.EmbedderEmbeddings(HashEmbedder()), reactions=12, turns=2
-            )
-            _check_the_flow(result, reactions=12)
+        _run_twice(model)
     finally:
         set_llm_cache(None)
     calls = sites.calls
@@ -216,11 +220,7 @@ def test_path_b_chatopenai_through_cachedllm_learning_templates(
         callbacks=[sites],
         custom_get_token_ids=bench.approximate_token_ids,
     )
-    for _ in range(2):  # a rerun finds the first run's answers
-        result = bench.run_scenario(
-            model, bench.EmbedderEmbeddings(HashEmbedder()), reactions=12, turns=2
-        )
-        _check_the_flow(result, reactions=12)
+    _run_twice(model)
     cached.cache.ledger.flush()
     stats = cached.cache.stats()
     assert stats.total.hits > 0
@@ -262,11 +262,7 @@ def test_path_c_chatopenai_pointed_at_the_proxy_learning_templates(tmp_path: Pat
             callbacks=[sites],
             custom_get_token_ids=bench.approximate_token_ids,
         )
-        for _ in range(2):  # a rerun finds the first run's answers
-            result = bench.run_scenario(
-                model, bench.EmbedderEmbeddings(HashEmbedder()), reactions=12, turns=2
-            )
-            _check_the_flow(result, reactions=12)
+        _run_twice(model)
     counted = Counter(outcomes)
     assert len(outcomes) == len(sites.calls)
     assert counted["pass"] > 0 and counted["miss"] > 0 and counted["hit"] > 0
