@@ -101,6 +101,7 @@ learner, but a pinned file's prompt is matched stripped (as ``PromptTemplate.fil
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import math
 import os
@@ -210,15 +211,24 @@ def _bag(elements: list[_Element] | list[str]) -> Counter[str]:
     share most of what is compared, and two templates' prompts of one agent, alike in persona,
     share little."""
     bag: Counter[str] = Counter()
-    line: list[_Element] = []
-    for e in [*elements, "\n"]:
-        if not _breaks(e):
-            line.append(e)
-            continue
+    for line, _ in _lines(elements):
         at = _label(line)
         bag.update(x for x in line[:at] if isinstance(x, str) and _WORD.search(x))
-        line = []
     return bag
+
+
+def _lines(elements: Sequence[_Element]) -> list[tuple[list[_Element], _Element | None]]:
+    """A text's lines, each with the element that ends it (``None`` for the last)."""
+    out: list[tuple[list[_Element], _Element | None]] = []
+    line: list[_Element] = []
+    for e in elements:
+        if _breaks(e):
+            out.append((line, e))
+            line = []
+        else:
+            line.append(e)
+    out.append((line, None))
+    return out
 
 
 def _shared(a: Counter[str], b: Counter[str]) -> int:
@@ -323,6 +333,18 @@ class _Merged:
     #: Whether a slot holds labelled lines' labels the other's does not (``_labels``).
     labels: bool = False
 
+    def apart(self, system: bool) -> bool:
+        """Whether the two texts are two templates', not one (the module's rules): one gives
+        up an instruction (``RUN_WORDS``) or holds one the other lacks, a slot holds a label
+        the other does not, there are too many slots to be a template, or a slot would run
+        from a system text (``system``: the texts have one) into the user text."""
+        return (
+            max(self.lost, self.inserted) >= RUN_WORDS
+            or self.labels
+            or self.elements.count(_GAP) > MAX_SLOTS
+            or (_SEP in self.elements) != system
+        )
+
 
 def _marks(elements: Sequence[_Element]) -> tuple[str, ...]:
     """The words and marks of a span, without its white space and gaps."""
@@ -375,14 +397,12 @@ def _labelled_lines(span: list[_Element] | list[str]) -> bool:
 def _label_like(marks: tuple[str, ...]) -> bool:
     """Whether words and marks could be a line's label: one to ``LABEL_WORDS`` words, with
     brackets at most."""
-    return 0 < _words(list(marks)) <= LABEL_WORDS and all(
-        _WORD.search(m) or m in "()" for m in marks
-    )
+    return 0 < _words(marks) <= LABEL_WORDS and all(_WORD.search(m) or m in "()" for m in marks)
 
 
-def _line_start(elements: list[_Element]) -> int:
-    """Where the last line of a text begins."""
-    for k in range(len(elements) - 1, -1, -1):
+def _line_start(elements: Sequence[_Element], end: int | None = None) -> int:
+    """Where the line that holds ``elements[end - 1]`` begins (the last line by default)."""
+    for k in range((len(elements) if end is None else end) - 1, -1, -1):
         if _breaks(elements[k]):
             return k + 1
     return 0
@@ -396,7 +416,7 @@ def _value_opens(merged: list[_Element], start: int) -> bool:
         return True
     if start == 0:
         return False
-    previous = merged[_line_start(merged[: start - 1]) : start - 1]
+    previous = merged[_line_start(merged, start - 1) : start - 1]
     at = _label(previous)
     return at is not None and not _marks(previous[at:])
 
@@ -506,18 +526,13 @@ def _line_values(merged: list[_Element], free: set[int]) -> list[_Element]:
     keeps its fixed parts, so that a slot that says whose call it is stays its own, and a line
     that ends in fixed text after its last slot ("Name: {name} likes tea") is kept as it is."""
     out: list[_Element] = []
-    line: list[_Element] = []
-    for e in [*merged, "\n"]:
-        if not _breaks(e):
-            line.append(e)
-            continue
+    for line, end in _lines(merged):
         at = _label(line) if len(out) in free else None
         if at is not None and len(_marks(line[_last_gap(line) + 1 :])) < VALUE_BREAK:
             line = [*line[:at], _GAP]
         out.extend(line)
-        out.append(e)
-        line = []
-    out.pop()
+        if end is not None:
+            out.append(end)
     return out
 
 
@@ -595,6 +610,29 @@ def _runs(elements: list[_Element]) -> tuple[list[str], bool, bool]:
     runs.append("".join(current))
     lead, trail = runs[0] == "", runs[-1] == ""
     return [r for r in runs if r], lead, trail
+
+
+@dataclass
+class _Prompt:
+    """One prompt as the learner reads it, each form made once: its tokens, its text as a
+    frozen template parses it (a system text, the separator, the user text), whether it has
+    a system text, the signatures it may be found by, and its words (made when first asked)."""
+
+    tokens: list[str]
+    text: str
+    system: bool
+    heads: list[tuple[str, ...]]
+    tails: list[tuple[str, ...]]
+
+    @classmethod
+    def of(cls, prompt: str, system: str | None) -> _Prompt:
+        tokens = _tokens(prompt, system)
+        text = f"{system}{_SEP}{prompt}" if system is not None else prompt
+        return cls(tokens, text, system is not None, *_signatures(tokens))
+
+    @functools.cached_property
+    def bag(self) -> Counter[str]:
+        return _bag(self.tokens)
 
 
 @dataclass
@@ -812,18 +850,16 @@ class TemplateLearner:
             with self._lock:
                 self.passed += learn
             return None
-        tokens = _tokens(prompt, system)
-        heads, tails = _signatures(tokens)
+        read = _Prompt.of(prompt, system)
         with self._lock:
-            candidates = self._candidates(heads, tails)
-            fitting = self._fitting(heads, tails)
-            found = self._fit(fitting, prompt, system)
+            fitting = self._fitting(read.heads, read.tails)
+            found = self._fit(fitting, read)
             if found is None and learn:
-                found = self._widen(fitting, tokens, prompt, system)
+                found = self._widen(fitting, read)
             if found is None:
                 if learn:
                     self.passed += 1
-                    self._learn(candidates, tokens)
+                    self._learn(self._candidates(read.heads, read.tails), read)
                 return None
             if isinstance(found, bool):
                 self.ambiguous += learn
@@ -837,16 +873,13 @@ class TemplateLearner:
             template = frozen.template
         return _options(template, values, agent)
 
-    def _widen(
-        self, fitting: list[int], tokens: list[str], prompt: str, system: str | None
-    ) -> tuple[int, dict[str, str]] | None:
+    def _widen(self, fitting: list[int], read: _Prompt) -> tuple[int, dict[str, str]] | None:
         """A learned template this prompt fits but for fewer than ``VALUE_BREAK`` words (and the
         marks beside them) that every prompt it was learned from happened to hold (an agent's
         name in each of the first observations, the month of the first days): made a slot
         there, in place, and the prompt filed under it. Anything more is left to learning a
         template anew."""
-        text = f"{system}{_SEP}{prompt}" if system is not None else prompt
-        present = _bag(tokens).keys()
+        present = read.bag.keys()
         # Only a template all but a few of whose words the prompt holds can be widened to it:
         # a set difference rules the rest out before any alignment (a bounded cost).
         near = [
@@ -854,16 +887,15 @@ class TemplateLearner:
             for key in fitting
             if (template := self._frozen.get(key)) is not None
             and len(template.bag.keys() - present) < VALUE_BREAK
-            and (_SEP in tokens) == (_SEP in template.elements)
+            and read.system == (_SEP in template.elements)
         ]
         for key in near[:MAX_ALIGNED]:
             template = self._frozen[key]
-            merged = _merge(template.elements, tokens)
+            merged = _merge(template.elements, read.tokens)
             if (
-                template.bag.total() - merged.kept >= VALUE_BREAK
-                or merged.lost >= RUN_WORDS
+                merged.apart(read.system)
+                or template.bag.total() - merged.kept >= VALUE_BREAK
                 or merged.inserted
-                or merged.labels
                 or merged.kept < KEEP_SHARE * template.bag.total()
                 # A chance word lies in or beside a slot: widening it fuses slots or extends
                 # one, never makes a new slot of the template's other text (but in a labelled
@@ -873,7 +905,7 @@ class TemplateLearner:
             ):
                 continue
             frozen = _frozen(merged.elements, name_of=self._name)
-            values = frozen.parse(text) if frozen is not None else None
+            values = frozen.parse(read.text) if frozen is not None else None
             if frozen is None or values is None:
                 continue
             self._dropped.add(_saved_tokens(template.elements))
@@ -912,20 +944,19 @@ class TemplateLearner:
         return sorted(found)
 
     def _fit(
-        self, candidates: list[int], prompt: str, system: str | None
+        self, candidates: list[int], read: _Prompt
     ) -> tuple[int, dict[str, str]] | bool | None:
         """The frozen template this prompt fits best, with its values; ``None`` when it fits
         none, ``False`` when it fits two equally."""
-        text = f"{system}{_SEP}{prompt}" if system is not None else prompt
         best: list[tuple[int, int, dict[str, str]]] = []
         for key in candidates:
             template = self._frozen.get(key)
             if template is None or template.frozen is None:
                 continue
             frozen = template.frozen
-            if (frozen.template.system is not None) != (system is not None):
+            if (frozen.template.system is not None) != read.system:
                 continue
-            values = frozen.parse(text)
+            values = frozen.parse(read.text)
             if values is not None:
                 best.append((frozen.fixed_chars, key, values))
         if not best:
@@ -937,9 +968,9 @@ class TemplateLearner:
 
     # -- learning ------------------------------------------------------------------------------
 
-    def _learn(self, candidates: list[int], tokens: list[str]) -> None:
-        bag = _bag(tokens)
-        joined = self._align(candidates, tokens, bag)
+    def _learn(self, candidates: list[int], read: _Prompt) -> None:
+        tokens, bag = read.tokens, read.bag
+        joined = self._align(candidates, read)
         if not joined:
             self._seeds.append(self._add(_Template(list(tokens), bag)))
             return
@@ -947,14 +978,6 @@ class TemplateLearner:
         template = self._learning[key]
         self._learning.move_to_end(key)
         template.calls += 1
-        for other, same in joined:
-            if other != key and same.elements == merged.elements:
-                # Two templates being learned that this prompt makes one (prompts joined them
-                # in turn, so neither was ever learned): one, with the longer record.
-                twin = self._learning.pop(other)
-                self._unindex(other, twin)
-                template.calls += twin.calls
-                template.stable = max(template.stable, twin.stable)
         if merged.elements == template.elements:
             if _recurs(merged.values, template.recent):
                 # Its slot swallowed fixed text of the template this prompt came from: it
@@ -980,11 +1003,9 @@ class TemplateLearner:
         ):
             self._freeze(key, template)
 
-    def _align(
-        self, candidates: list[int], tokens: list[str], bag: Counter[str]
-    ) -> list[tuple[int, _Merged]]:
+    def _align(self, candidates: list[int], read: _Prompt) -> list[tuple[int, _Merged]]:
         """The templates being learned that this prompt may join, each with their merge."""
-        heads, tails = _signatures(tokens)
+        tokens, bag, heads, tails = read.tokens, read.bag, read.heads, read.tails
         words = bag.total()
         # The words a prompt and a template both hold bound what an alignment can keep: most
         # candidates end there; of the rest, the few sharing most are aligned (a bounded cost
@@ -1024,17 +1045,10 @@ class TemplateLearner:
         for _, key, need in hopeful[:MAX_ALIGNED]:
             template = self._learning[key]
             merged = _merge(template.elements, tokens)
-            slots = sum(1 for e in merged.elements if e is _GAP)
-            if merged.kept < need or slots > MAX_SLOTS:
+            if merged.kept < need or merged.apart(read.system):
                 continue
             if merged.kept < SHARE * words and _keys(merged.elements) != template.keys:
                 continue  # joined by its ends alone, the ends must stay fixed
-            if merged.lost >= RUN_WORDS:
-                continue  # it would give up an instruction two prompts agreed on
-            if merged.inserted >= RUN_WORDS or merged.labels:
-                continue  # an instruction one holds and the other lacks: two templates
-            if (_SEP in tokens) != (_SEP in merged.elements):
-                continue  # a system text's slot would run into the user text
             joined.append((key, merged))
         return joined
 
@@ -1086,14 +1100,12 @@ class TemplateLearner:
         for _, other, old in overlap[:MAX_ALIGNED]:
             merged = _merge(old.elements, template.elements)
             most = max(old.bag.total(), template.bag.total())
-            slots = sum(1 for e in merged.elements if e is _GAP)
-            if merged.kept < max(KEEP_SHARE * most, MIN_WORDS) or slots > MAX_SLOTS:
+            if merged.kept < max(KEEP_SHARE * most, MIN_WORDS):
                 continue
-            lost = max(merged.lost, _merge(template.elements, old.elements).lost)
-            if max(lost, merged.inserted) >= RUN_WORDS or merged.labels:
-                continue  # one would give up an instruction, or lacks one: two templates
-            if (_SEP in template.elements) != (_SEP in merged.elements):
+            if merged.apart(_SEP in template.elements):
                 continue
+            if _merge(template.elements, old.elements).lost >= RUN_WORDS:
+                continue  # the other way round, one would give up an instruction
             del self._frozen[other]
             self._unindex(other, old)
             self._dropped.add(_saved_tokens(old.elements))
