@@ -604,23 +604,30 @@ def replay(
                     text, info = _answer(client, call, options, prices)
                 except LLMCacheError as exc:
                     raise ReplayError(f"call {index} ({call.category}) failed: {exc}") from exc
-                results.append(_result(index, call, text, info, equivalences[call.category]))
-                result = results[-1]
                 # Whose call stored each entry, so that a hit says whose answer it served.
-                where_from = (info.partition_key, info.entry_id)
-                if result.outcome == "hit":
-                    result.served_from = owners.get(where_from)
-                elif info.entry_id is not None:
-                    owners[where_from] = call.agent
-                result.baseline_usd = prices.cost(call.model, _usage(call))
+                entry = (info.partition_key, info.entry_id)
+                if info.outcome != "hit" and info.entry_id is not None:
+                    owners[entry] = call.agent
+                served_from = owners.get(entry) if info.outcome == "hit" else None
+                baseline = prices.cost(call.model, _usage(call))
+                equivalence = equivalences[call.category]
+                results.append(_result(index, call, text, info, equivalence, served_from, baseline))
     return report_of(results, calls, equivalences, skipped=skipped, seed=seed).model_copy(
         update={"seconds": time.perf_counter() - started}
     )
 
 
 def _result(
-    index: int, call: ReplayCall, text: str, info: CallInfo, equivalence: Equivalence
+    index: int,
+    call: ReplayCall,
+    text: str,
+    info: CallInfo,
+    equivalence: Equivalence,
+    served_from: str | None,
+    baseline_usd: float,
 ) -> CallResult:
+    """One replayed call's result (``served_from``: whose call stored the answer a hit served;
+    ``baseline_usd``: what the call costs without a cache)."""
     hit = info.outcome == "hit"
     return CallResult(
         index=index,
@@ -640,6 +647,8 @@ def _result(
         truth=call.answer,
         acceptable=equivalence(text, call.answer) if hit else None,
         cost_usd=info.cost_usd,
+        served_from=served_from,
+        baseline_usd=baseline_usd,
     )
 
 
