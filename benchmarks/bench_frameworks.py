@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_models import markdown_table  # beside this file
 
 # The framework: an optional dependency group of this repository (pyproject's `frameworks`).
 from langchain_classic.retrievers import TimeWeightedVectorStoreRetriever
@@ -518,12 +519,6 @@ def paths(
     }
 
 
-def print_table(rows: list[list[str]], header: list[str]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, ["-" * w for w in widths], *rows]:
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
-
-
 HEADER = [
     "path",
     "calls",
@@ -631,23 +626,22 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, make in paths(calls, Path(tmp), embedder, args.threshold).items():
             figures.append(replay_path(name, calls, make, min_site_calls=args.min_site_calls))
-    print_table([f.row() for f in figures], HEADER)
+    print(markdown_table(HEADER, [f.row() for f in figures]))
     print(
         "\nshare of each code site's calls filed (under any template), and under its most "
         "common template:"
     )
     sites = [s for s, n in per_site.most_common() if n >= args.min_site_calls]
-    print_table(
-        [
-            [site]
-            + [
-                f"{f.site_filed.get(site, 0.0):.0%} / {f.site_share.get(site, 0.0):.0%}"
-                for f in figures
-            ]
-            for site in sites
-        ],
-        [f"code site (>= {args.min_site_calls} calls)"] + [f.path for f in figures],
-    )
+    per_site_rows = [
+        [s]
+        + [
+            f"{f.site_filed.get(site, 0.0):.0%} / {f.site_share.get(site, 0.0):.0%}"
+            for f in figures
+        ]
+        for s in sites
+    ]
+    header = [f"code site (>= {args.min_site_calls} calls)"] + [f.path for f in figures]
+    print(markdown_table(header, per_site_rows))
     return 0
 
 

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from bench_models import header_line, machine_info  # beside this file
+from bench_models import header_line, machine_info, markdown_table  # beside this file
 from park_calls import PARK, PARK_4OMINI, bed_calls, park_calls  # beside this file
 
 from llmcache import EmbedMode
@@ -187,12 +187,6 @@ def learner_times(calls: Sequence[ReplayCall]) -> str:
     )
 
 
-def print_table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, ["-" * w for w in widths], *rows]:
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)
@@ -219,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{bed}: {len(calls)} calls, both paths in {time.perf_counter() - started:.0f} s")
         print(f"  the learner alone: {learner_times(calls)}")
     print()
-    print_table(rows, HEADER)
+    print(markdown_table(HEADER, rows))
     print("\nper prompt file, filed / served:")
-    print_table(categories, ["bed", "prompt file", "calls", "declared", "learned"])
+    print(markdown_table(["bed", "prompt file", "calls", "declared", "learned"], categories))
     return 0
 
 

@@ -197,6 +197,15 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table, columns padded to their widest cell (to paste into the docs)."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+        for row in [header, ["-" * w for w in widths], *rows]
+    )
+
+
 GROUP_HEADER = ["group", "n", "valid 1st try", "mean latency s", "completion tok/prompt"]
 
 

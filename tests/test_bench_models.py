@@ -155,3 +155,13 @@ def test_help_works_from_the_command_line() -> None:
         check=True,
     ).stdout
     assert "--model" in out and "--prompts" in out and "--json" in out
+
+
+def test_a_markdown_table_pads_each_column_to_its_widest_cell() -> None:
+    text = bm.markdown_table(["bed", "cut"], [["park", "48.6%"], ["town recording", "5%"]])
+    assert text.splitlines() == [
+        "| bed            | cut   |",
+        "| -------------- | ----- |",
+        "| park           | 48.6% |",
+        "| town recording | 5%    |",
+    ]

@@ -38,6 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench() -> ModuleType:
+    # A script beside the other benchmarks, which it imports (bench_models), not a package.
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     path = ROOT / "benchmarks" / "bench_frameworks.py"
     spec = importlib.util.spec_from_file_location("bench_frameworks", path)
     assert spec is not None and spec.loader is not None
