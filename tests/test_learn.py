@@ -232,6 +232,16 @@ def _learned_apart(stream: list[tuple[int, str]]) -> dict[str, Counter[int]]:
     return sources
 
 
+def _filed_after(prompts: list[str], warm: int) -> tuple[TemplateLearner, int]:
+    """A learner shown ``prompts`` in order, and how many of them after the first ``warm`` it
+    filed."""
+    learner = TemplateLearner()
+    filed = sum(
+        learner.options(prompt) is not None and i >= warm for i, prompt in enumerate(prompts)
+    )
+    return learner, filed
+
+
 def _status(rng: random.Random, agent: str) -> str:
     """A model's status line for an agent: free text, its first words often the agent's."""
     words = [rng.choice(VALUES + COMMON) for _ in range(rng.randint(16, 40))]
@@ -245,17 +255,13 @@ def test_a_labelled_lines_free_text_is_one_slot_and_a_short_value_keeps_its_part
     words, so a status the template has not seen still fits it; a short labelled value keeps
     its fixed words, so the agent's name stays a slot of its own (it says whose call it is)."""
     rng = random.Random(3)
-    learner = TemplateLearner()
-    filed = 0
-    for i in range(120):
-        agent = ("Ann Lee", "Bob Ray")[i % 2]
-        prompt = (
-            f"Name: {agent} likes {rng.choice(VALUES)}\nCurrently: {_status(rng, agent)}\n"
-            f"Rate the memory on a scale of one to ten for the agent.\nMemory: "
-            f"{rng.choice(VALUES)} {rng.choice(VALUES)}\nAnswer with one number only."
-        )
-        options = learner.options(prompt)
-        filed += i >= 60 and options is not None
+    prompts = [
+        f"Name: {agent} likes {rng.choice(VALUES)}\nCurrently: {_status(rng, agent)}\n"
+        f"Rate the memory on a scale of one to ten for the agent.\nMemory: "
+        f"{rng.choice(VALUES)} {rng.choice(VALUES)}\nAnswer with one number only."
+        for agent in ("Ann Lee", "Bob Ray") * 60
+    ]
+    learner, filed = _filed_after(prompts, 60)
     (learned,) = learner.templates()
     assert learned.text == (
         "Name: {slot_1} likes {slot_2}\nCurrently: {slot_3}\nRate the memory on a scale of one"
@@ -269,12 +275,11 @@ def test_a_question_around_long_values_is_learned_from_its_ends() -> None:
     template: prompts that begin and end as a template found in two prompts join it."""
     rng = random.Random(4)
     question = "What is the observed entity in the following observation? {}\nEntity="
-    learner = TemplateLearner()
-    filed = 0
-    for i in range(60):
-        observation = " ".join(rng.choice(VALUES) for _ in range(rng.choice((3, 20, 30))))
-        options = learner.options(question.format(observation))
-        filed += i >= 30 and options is not None
+    prompts = [
+        question.format(" ".join(rng.choice(VALUES) for _ in range(rng.choice((3, 20, 30)))))
+        for _ in range(60)
+    ]
+    learner, filed = _filed_after(prompts, 30)
     (learned,) = learner.templates()
     assert learned.text == question.format("{slot_1}")
     assert filed >= 0.95 * 30
@@ -667,18 +672,16 @@ def test_agents_personas_in_labelled_lines_make_one_template_and_a_label_s_next_
         )
         for name in ("Ann Lee", "Bob Ray", "Cy Dee")
     }
-    learner = TemplateLearner()
-    filed = 0
-    for i in range(150):
+    prompts = []
+    for _ in range(150):
         name = ("Ann Lee", "Bob Ray", "Cy Dee")[rng.randrange(3)]
         talk = " ".join(rng.choice(VALUES) for _ in range(rng.randint(16, 30)))
-        prompt = (
+        prompts.append(
             f"Here is a brief description of {name}.\n{personas[name]}\n\nOn the scale of 1 to"
             f" 10, rate the poignancy of the following conversation for {name}.\n\n"
             f"Conversation:\n{talk}\n\nRate (return a number between 1 to 10):"
         )
-        options = learner.options(prompt)
-        filed += i >= 50 and options is not None
+    learner, filed = _filed_after(prompts, 50)
     (learned,) = learner.templates()
     assert learned.text.startswith("Here is a brief description of {slot_1}.\nLearned traits: ")
     assert learned.text.endswith(
