@@ -116,6 +116,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ._errors import ConfigurationError
 from ._learned_file import SavedTemplate, read_learned, write_learned
+from ._slots import looks_dated
 from ._template import COMMENT_MARKER, PromptTemplate
 from ._types import CacheOptions, EmbedMode
 
@@ -530,6 +531,33 @@ def _line_values(merged: list[_Element], free: set[int]) -> list[_Element]:
         at = _label(line) if len(out) in free else None
         if at is not None and len(_marks(line[_last_gap(line) + 1 :])) < VALUE_BREAK:
             line = [*line[:at], _GAP]
+        out.extend(line)
+        if end is not None:
+            out.append(end)
+    return out
+
+
+def _held_values(elements: list[_Element]) -> list[_Element]:
+    """A template about to be frozen, with each labelled line whose value every prompt it was
+    learned from held alike made a slot after its label, where that value cannot be an
+    instruction: none ("Daily plan requirement: ", left empty by the first agents' personas)
+    or a time or a date ("Current Date: Friday February 13", "Current time: {}, February {},
+    2024, {}:{}"). Otherwise the next agent's plan, or the next day or month, fits no
+    learned template, or only one widened from it, whose tables are new. (A value of words
+    stays fixed text: "Task: rate the event" may be what tells two templates apart.)"""
+    out: list[_Element] = []
+    for line, end in _lines(elements):
+        at = _label(line)
+        if at == len(line) and isinstance(end, str) and end[:1] == " " and "\n" in end:
+            # "Daily plan requirement: " then the line's end: the space and the line break
+            # are one token, the value none; the value goes between them.
+            line, end = [*line, " "], end.lstrip(" ")
+            at += 1
+        if at is not None and at > 0 and _space(line[at - 1]) and line[at:] != [_GAP]:
+            # A slot already in it stands as a number: "{}:{}" reads as a time.
+            value = "".join(e if isinstance(e, str) else "01" for e in line[at:])
+            if not value.strip() or looks_dated(value):
+                line = [*line[:at], _GAP]
         out.extend(line)
         if end is not None:
             out.append(end)
@@ -1066,6 +1094,11 @@ class TemplateLearner:
     def _freeze(self, key: int, template: _Template) -> None:
         del self._learning[key]
         self._supersede(key, template)
+        held = _held_values(template.elements)
+        if held != template.elements:
+            self._unindex(key, template)
+            template.elements, template.bag = held, _bag(held)
+            self._index(key, template)
         frozen = _frozen(template.elements, name_of=self._name)
         digests = {t.frozen.template.digest for t in self._frozen.values() if t.frozen}
         if frozen is None or frozen.template.digest in digests:

@@ -67,11 +67,13 @@ __all__ = [
     "SlotBook",
     "choose",
     "distinct_estimate",
+    "echoed",
     "embedded_from_counters",
     "exact_differs",
     "exact_partitions",
     "exact_slot_names",
     "lead_differs",
+    "looks_dated",
     "looks_exact",
     "observe",
     "partition_values_from_counters",
@@ -156,6 +158,11 @@ def looks_exact(value: str) -> bool:
     return bool(_HAS_TIME_OR_DATE.search(text) or _NUMERIC_RANGE.search(text))
 
 
+def looks_dated(value: str) -> bool:
+    """Whether a value, as a whole, is a time or a date (or both), not a numeric range."""
+    return looks_exact(value) and bool(_HAS_TIME_OR_DATE.search(value))
+
+
 # The time and date tokens inside a longer value (numbers alone are not: a count, a score).
 _TIME_TOKEN = re.compile(
     rf"\d{{4}}-\d{{1,2}}-\d{{1,2}}(?:[t ]\d{{1,2}}:\d{{2}}(?::\d{{2}})?)?"
@@ -218,6 +225,21 @@ def exact_slot_names(
     if detect:
         names.update(name for name, value in slots.items() if looks_exact(value))
     return frozenset(names)
+
+
+def echoed(slots: Mapping[str, str]) -> frozenset[str]:
+    """The slots whose value, a short one (a name: at most ``_NAMED_CHARS``), the call
+    repeats in another of its slots: what a prompt says twice ("Here is a brief description
+    of {name}.\nName: {name}", "... for {name}") names whom it is about, never what is
+    asked. In a table several agents share they are exact from the first call: until the
+    names have recurred (about ten calls each, with more than 15 agents) nothing else keeps
+    two agents apart but the embedding."""
+    seen: dict[str, list[str]] = {}
+    for name, value in slots.items():
+        key = value.strip()
+        if key and len(key) <= _NAMED_CHARS:
+            seen.setdefault(key, []).append(name)
+    return frozenset(name for names in seen.values() if len(names) > 1 for name in names)
 
 
 def exact_differs(

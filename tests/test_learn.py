@@ -707,3 +707,35 @@ def test_two_templates_that_differ_in_a_few_words_and_a_label_are_never_one() ->
         )
         stream.append((source, prompt))
     assert len(_learned_apart(stream)) == 2
+
+
+def test_a_labelled_value_every_first_prompt_held_alike_is_a_slot_when_empty_or_a_date() -> None:
+    """Park's personas: the first agents' "Daily plan requirement: " left empty and every
+    first call on "Current Date: Friday February 13". Learned as fixed text, the next agent's
+    plan and the next day fit no template (Park's chat prompt: 59% filed, a second template
+    from the 14th on). An empty value and a date are values: each a slot from the start. A
+    value of words held alike ("Task: rate the event") stays the template's text."""
+    rng = random.Random(10)
+
+    def prompt(name: str, plan: str, date: str, task: str) -> str:
+        event = " ".join(rng.choice(VALUES) for _ in range(rng.randint(3, 8)))
+        return (
+            f"Here is a brief description of {name}.\nDaily plan requirement: {plan}\n"
+            f"Current Date: {date}\n\nTask: {task}\nOn the scale of 1 to 10, rate the "
+            f"poignancy of the following event for {name}.\nEvent: {event}\nRate:"
+        )
+
+    learner = TemplateLearner()
+    for i in range(30):
+        learner.options(prompt(("Ann Lee", "Bob Ray")[i % 2], "", "Friday February 13", "rate"))
+    (learned,) = learner.templates()
+    assert "Daily plan requirement: {slot_2}\nCurrent Date: {slot_3}\n" in learned.text
+    assert "Task: rate\n" in learned.text
+    later = prompt("Cy Dee", "Cy Dee opens the bakery at 6 am.", "Saturday February 14", "rate")
+    options = learner.options(later)
+    assert options is not None and options.template == learned.digest
+    assert options.slots is not None
+    assert options.slots["slot_2"] == "Cy Dee opens the bakery at 6 am."
+    assert learner.widened == 0
+    # Another task's prompt is not this template's.
+    assert learner.recognise(prompt("Ann Lee", "", "Friday February 13", "summarise")) is None
