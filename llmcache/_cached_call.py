@@ -44,6 +44,7 @@ from ._serving import Serving
 from ._shapes import CHAT, Shape
 from ._slots import (
     LEADING_WORDS,
+    echoed,
     exact_differs,
     exact_slot_names,
     lead_differs,
@@ -317,10 +318,22 @@ class _CachedCall:
         )
         if self.policy.embed is not EmbedMode.KEYWORD or self.options.keywords is not None:
             return None
+        shared = not self.options.agent
+        echo = echoed(slots) if shared else frozenset()
+        self.exact |= echo
         chosen, partitions = self.cache.choose_slots(
-            self.stats_key, slots, self.exact, shared=not self.options.agent
+            self.stats_key, slots, self.exact, shared=shared
         )
         self.exact |= partitions
+        picked = tuple(n for n in self.policy.keyword_slots or () if n in slots)
+        if picked and slot_text(slots, picked):
+            # The category's keyword slots, chosen on a recording (tune): the other slots were
+            # shown not to change the answer, so they neither embed nor match (a clock or a
+            # status line in every prompt), but for the slots the call itself names exact and
+            # the names it repeats. The table's roles above are still observed, for when the
+            # choice is taken back.
+            chosen = picked
+            self.exact = (frozenset(self.options.exact_slots or ()) & frozenset(slots)) | echo
         text = slot_text(slots, chosen)
         if not text:
             # The chosen slots are blank in this call: embedded by all its slots instead.

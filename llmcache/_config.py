@@ -64,6 +64,14 @@ class CategoryPolicy(BaseModel):
     and ``guard``:
     see :class:`CacheConfig`. ``validator`` and ``fallback`` are the category's defaults for
     :class:`~llmcache.CacheOptions`' own (a call's win).
+
+    ``keyword_slots``: for the category's calls that carry slot values and no keywords (a
+    prompt file recognised, a template learned from the traffic), the slots whose values are
+    embedded, in that order. Every other slot is then context, neither embedded nor matched
+    (the slots a call names exact aside), even a time or a name: it is a choice made on
+    evidence that the other slots do not change the answer, as ``python -m llmcache tune``
+    makes it (from a recording, refusing any choice that served one agent another's answer).
+    Without it the cache learns the slots' roles from the table's traffic (``_slots.py``).
     """
 
     # Unknown settings are refused (a misspelt or newer setting must not do nothing silently).
@@ -95,6 +103,7 @@ class CategoryPolicy(BaseModel):
     exact_times: bool | None = None
     serve_identical: bool | None = None
     lead_words: int | None = Field(default=None, ge=0, le=MAX_LEAD_WORDS)
+    keyword_slots: tuple[str, ...] | None = Field(default=None, min_length=1)
 
 
 class CacheConfig(BaseModel):
@@ -356,6 +365,7 @@ class CacheConfig(BaseModel):
             exact_times=_first(policy.exact_times, self.exact_times),
             serve_identical=_first(policy.serve_identical, self.serve_identical),
             lead_words=_first(policy.lead_words, self.lead_words),
+            keyword_slots=policy.keyword_slots,
         )
 
 
@@ -415,3 +425,4 @@ class ResolvedPolicy(BaseModel):
     exact_times: bool = True
     serve_identical: bool = True
     lead_words: int = 0
+    keyword_slots: tuple[str, ...] | None = None

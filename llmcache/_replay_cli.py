@@ -224,6 +224,13 @@ def tune_main(argv: list[str]) -> int:
         help="leading words that must match, tried in keyword mode (0,2; 0: none)",
     )
     parser.add_argument("--config", type=Path, help="a base configuration whose rest is kept")
+    parser.add_argument(
+        "--learn-templates",
+        action="store_true",
+        help="tune the calls as code that declares nothing sends them: the categories are "
+        "the templates the cache learns from them, their slots the keyword slots tried "
+        "(run the cache with the file written and learn_templates on)",
+    )
     args = parser.parse_args(argv)
     try:
         modes = [EmbedMode(m.strip()) for m in args.embeds.split(",") if m.strip()]
@@ -248,6 +255,7 @@ def tune_main(argv: list[str]) -> int:
                 embedder=embedder,
                 seed=args.seed,
                 progress=bar,
+                learn_templates=args.learn_templates,
             )
         embedder.save()
         tuning = {**result.tuning(), "recording": args.recording.name}

@@ -20,15 +20,18 @@ that replay's.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from ._config import MAX_LEAD_WORDS, CacheConfig, CategoryPolicy
+from ._learn import TemplateLearner
 from ._ledger import PriceTable
 from ._protocols import Embedder
 from ._replay import (
@@ -93,7 +96,10 @@ class Setting(BaseModel):
     def policy(self) -> CategoryPolicy:
         """The category policy that caches with this setting."""
         return CategoryPolicy(
-            embed=self.embed, threshold=self.threshold, lead_words=self.lead_words or None
+            embed=self.embed,
+            threshold=self.threshold,
+            lead_words=self.lead_words or None,
+            keyword_slots=self.slots if self.embed is EmbedMode.KEYWORD else None,
         )
 
 
@@ -125,6 +131,9 @@ class TuneResult(BaseModel):
     keyword_slots: dict[str, list[str]] = {}
     candidates: int = 0
     seconds: float = 0.0
+    #: Tuned as code that declares nothing: the categories are templates learned from the
+    #: calls (``tune(learn_templates=True)``).
+    learned: bool = False
 
     def tuning(self) -> dict[str, Any]:
         """What is written beside the configuration (under ``"tuning"``): how it was chosen
@@ -133,6 +142,7 @@ class TuneResult(BaseModel):
             "delta": self.delta,
             "split": self.split,
             "check_fraction": self.check_fraction,
+            "learn_templates": self.learned,
             "candidates": self.candidates,
             "check": self.check.summary(),
             "tune": self.tuned_on.summary(),
@@ -141,8 +151,8 @@ class TuneResult(BaseModel):
                     "setting": None if c.setting is None else c.setting.model_dump(mode="json"),
                     "why": c.why,
                     "checked": c.checked,
-                    # A configuration does not choose a template's keyword slots: its
-                    # PromptTemplate(keyword_slots=...) does; the choice is written here.
+                    # In the category's policy too, for calls that carry slots and no
+                    # keywords; a template that gives its keywords chooses them itself.
                     **(
                         {"keyword_slots": self.keyword_slots[name]}
                         if name in self.keyword_slots
@@ -162,9 +172,13 @@ class TuneResult(BaseModel):
         for name, choice in sorted(self.choices.items()):
             chosen = "uncached" if choice.setting is None else choice.setting.describe()
             lines.append(f"  {name}: {chosen} -- {choice.why}")
-            if name in self.keyword_slots:
+            if name in self.keyword_slots and not self.learned:
+                # The configuration embeds it where calls carry slots; a template that gives
+                # its keywords itself (FilledPrompt.cache_options) chooses them in its code.
                 slots = ", ".join(repr(n) for n in self.keyword_slots[name])
-                lines.append(f"    (set the template's keyword_slots to ({slots},))")
+                lines.append(
+                    f"    (a template that gives its keywords: set its keyword_slots to ({slots},))"
+                )
         lines.append("")
         lines.append("check part (the chosen settings, replayed together):")
         lines.append(self.check.render(wrong_hits=10))
@@ -200,21 +214,42 @@ def check_mask(calls: Sequence[ReplayCall], split: Split, check_fraction: float)
     return [call.agent in checked for call in calls]
 
 
+def _key(learned: bool) -> Callable[[CallResult], str | None]:
+    """What a result is tuned under: the recorded category, or (templates learned) the
+    learned template it was filed under (``None``: it passed through, nothing to tune)."""
+    return (lambda r: r.filed_under) if learned else (lambda r: r.category)
+
+
 def _by_category(
     results: Sequence[CallResult],
     calls: Sequence[ReplayCall],
     mask: Sequence[bool],
     part: bool,
     equivalences: Mapping[str, Equivalence],
+    key: Callable[[CallResult], str | None],
 ) -> dict[str, Figures]:
     rows: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(results):
-        if mask[i] == part:
-            rows[row.category].append(i)
+        name = key(row)
+        if mask[i] == part and name is not None:
+            rows[name].append(i)
     return {
         name: figures([results[i] for i in idx], [calls[i] for i in idx], equivalences)
         for name, idx in rows.items()
     }
+
+
+def _crossings(
+    results: Sequence[CallResult], key: Callable[[CallResult], str | None]
+) -> dict[str, int]:
+    """Per category, the hits that served an answer another agent's call stored (in a table
+    the agents share: a template learned from the traffic, whose calls name no agent)."""
+    crossed: dict[str, int] = defaultdict(int)
+    for row in results:
+        name = key(row)
+        if name is not None and row.served_from is not None and row.served_from != row.agent:
+            crossed[name] += 1
+    return crossed
 
 
 def _within(f: Figures, delta: float) -> bool:
@@ -325,20 +360,19 @@ def _choice(
 
 
 def _candidates(
-    calls: Sequence[ReplayCall],
-    categories: Sequence[str],
+    slot_names: Mapping[str, Sequence[str]],
     embeds: Sequence[EmbedMode],
     thresholds: Sequence[float],
     lead_words: Sequence[int] = (0,),
 ) -> list[tuple[EmbedMode, float, int, dict[str, tuple[str, ...] | None]]]:
     """Every replay tune runs: an embed mode, a threshold, the leading words that must match
     (keyword mode only: in full mode every prompt of a template begins alike), and per
-    category the keyword slots tried (``None``: the calls' own keywords). Keyword slots are a
-    choice only where calls carry slots, and more than one of them; each round of keyword mode
-    tries one slot of every category that has another left."""
+    category the keyword slots tried (``None``: the calls' own keywords, or the slots' roles).
+    Keyword slots are a choice only where calls carry slots (``slot_names``, per category),
+    and more than one of them; each round of keyword mode tries one slot of every category
+    that has another left."""
     slot_choices: dict[str, list[tuple[str, ...] | None]] = {}
-    for name in categories:
-        names = sorted({n for c in calls if c.category == name for n in c.slots or {}})
+    for name, names in slot_names.items():
         slot_choices[name] = [None] + ([(n,) for n in names] if len(names) > 1 else [])
     rounds = max((len(v) for v in slot_choices.values()), default=1)
     out: list[tuple[EmbedMode, float, int, dict[str, tuple[str, ...] | None]]] = []
@@ -351,6 +385,53 @@ def _candidates(
     return out
 
 
+def _recorded_slots(calls: Sequence[ReplayCall]) -> dict[str, list[str]]:
+    """Per recorded category, the slots its calls carry."""
+    names: dict[str, set[str]] = defaultdict(set)
+    for call in calls:
+        names[call.category].update(call.slots or {})
+    return {name: sorted(slots) for name, slots in sorted(names.items())}
+
+
+def _learned_slots(calls: Sequence[ReplayCall], **given: Any) -> dict[str, list[str]]:
+    """Per template learned from the calls (one replay as code that declares nothing), the
+    slots it has; a template the learner replaced on the way (widened, say) has none to try.
+    The learner is deterministic, so every candidate's replay learns the same templates."""
+    learner = TemplateLearner()
+    report = replay(calls, learn_templates=learner, **given)
+    slots = {t.name: list(t.slots) for t in learner.templates()}
+    filed = sorted({r.filed_under for r in report.results if r.filed_under is not None})
+    return {name: slots.get(name, []) for name in filed}
+
+
+class _Once(logging.Filter):
+    """Lets each message through once: tune replays the same calls hundreds of times, and a
+    warning about them (a table the agents share, say) says nothing new the second time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
+@contextlib.contextmanager
+def _each_warning_once() -> Iterator[None]:
+    once = _Once()
+    logger = logging.getLogger("llmcache")
+    logger.addFilter(once)
+    try:
+        yield
+    finally:
+        logger.removeFilter(once)
+
+
+@_each_warning_once()
 def tune(
     calls: Sequence[ReplayCall] | ReplayInput,
     *,
@@ -366,16 +447,24 @@ def tune(
     prices: PriceTable | None = None,
     max_checks: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    learn_templates: bool = False,
 ) -> TuneResult:
     """Choose each category's embed mode, threshold, leading words that must match (each of
     ``lead_words``, in keyword mode: ``CacheConfig.lead_words``) and (where its calls carry
     more than one slot) keyword slot from ``calls`` (see the module's
     docstring): a configuration (``base``'s other settings kept) whose every cached category
     showed, on the check part, an expected excess whose one-sided 95% bound is at most
-    ``delta`` (:attr:`~llmcache.replay.Figures.bound`; docs/promise.md). A
-    configuration does not choose a template's keyword slots: a slot choice is reported in
-    :attr:`TuneResult.keyword_slots` (and beside the file), for the template's own
-    ``keyword_slots``.
+    ``delta`` (:attr:`~llmcache.replay.Figures.bound`; docs/promise.md). A keyword slot
+    chosen is in the category's policy (``CategoryPolicy.keyword_slots``, for calls that
+    carry slots and no keywords) and in :attr:`TuneResult.keyword_slots`, for a template that
+    gives its own keywords (its ``keyword_slots``).
+
+    ``learn_templates``: tune the calls as agent code that declares nothing sends them, filed
+    under templates the cache learns from the traffic (``replay(learn_templates=True)``): the
+    categories are the learned templates (their names: ``CachedLLM(learn_templates=...)``
+    with the configuration written files the next run's calls under the same ones), and
+    their slots are the keyword slots tried. A setting under which a hit served one agent
+    another agent's answer, in either part, is never chosen.
 
     Pass a :class:`~llmcache.embedders.StoredEmbedder` as ``embedder``: every candidate is a
     replay, and the texts are the same in all of them. ``progress`` is told ``(replays done,
@@ -388,66 +477,129 @@ def tune(
     calls = list(calls)
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta is a fraction between 0 and 1, not {delta}")
+    if any(not 0 <= n <= MAX_LEAD_WORDS for n in lead_words):
+        raise ValueError(f"lead_words are each from 0 to {MAX_LEAD_WORDS}, not {list(lead_words)}")
     base_config = load_config(base)
     mask = check_mask(calls, split, check_fraction)
     equivalences = equivalences_for(calls, base_config)
-    categories = sorted({c.category for c in calls})
-    if any(not 0 <= n <= MAX_LEAD_WORDS for n in lead_words):
-        raise ValueError(f"lead_words are each from 0 to {MAX_LEAD_WORDS}, not {list(lead_words)}")
-    candidates = _candidates(calls, categories, embeds, thresholds, lead_words or (0,))
+    given: dict[str, Any] = {"embedder": embedder, "seed": seed, "prices": prices}
     tick = progress or (lambda done, total: None)
+    learned = learn_templates is True
+    slot_names = (
+        _learned_slots(calls, config=base_config, **given) if learned else _recorded_slots(calls)
+    )
+    categories = sorted(slot_names)
+    candidates = _candidates(slot_names, embeds, thresholds, lead_words or (0,))
     total = len(candidates) + 1
     tick(0, total)
     measured: dict[str, list[tuple[Setting, Figures, Figures]]] = defaultdict(list)
+    crossed: dict[str, int] = defaultdict(int)
     for replays, (embed, threshold, lead, chosen) in enumerate(candidates, start=1):
-        policy = Setting(embed=embed, threshold=threshold, lead_words=lead).policy()
-        config = _config_with(base_config, dict.fromkeys(categories, policy), equivalences)
-        keyword_slots = {n: list(v) for n, v in chosen.items() if v}
-        report = replay(
-            calls, config, embedder=embedder, seed=seed, prices=prices, keyword_slots=keyword_slots
-        )
+        settings = {
+            name: Setting(embed=embed, threshold=threshold, slots=chosen.get(name), lead_words=lead)
+            for name in categories
+        }
+        report = _replayed(calls, base_config, settings, equivalences, learned, given)
         tick(replays, total)
-        tuned = _by_category(report.results, calls, mask, False, equivalences)
-        checked = _by_category(report.results, calls, mask, True, equivalences)
-        for name, slots in chosen.items():
-            if name in tuned and name in checked:
-                setting = Setting(embed=embed, threshold=threshold, slots=slots, lead_words=lead)
-                measured[name].append((setting, tuned[name], checked[name]))
+        # Each category's setting counted in the rounds that try one of its choices only.
+        tried = {name: settings[name] for name in chosen}
+        _measure(report, calls, mask, equivalences, learned, tried, measured, crossed)
     choices = {name: _choice(name, measured[name], delta, max_checks) for name in categories}
-    settings = {
-        name: CategoryPolicy(bypass=True) if c.setting is None else c.setting.policy()
-        for name, c in choices.items()
-    }
-    config = _config_with(base_config, settings, equivalences)
-    keyword_slots = {
-        name: list(c.setting.slots)
-        for name, c in choices.items()
-        if c.setting is not None and c.setting.slots
-    }
+    for name, count in crossed.items():
+        note = f"; {count} settings refused: a hit served one agent another agent's answer"
+        choices[name] = choices[name].model_copy(update={"why": choices[name].why + note})
+    chosen_settings = {name: c.setting for name, c in choices.items()}
     # Confirmed together: the figures written beside the file are this replay's.
-    final = replay(
-        calls, config, embedder=embedder, seed=seed, prices=prices, keyword_slots=keyword_slots
-    )
+    final = _replayed(calls, base_config, chosen_settings, equivalences, learned, given)
     tick(total, total)
-    parts = {}
-    for part in (False, True):
-        idx = [i for i in range(len(calls)) if mask[i] == part]
-        parts[part] = report_of(
-            [final.results[i] for i in idx],
-            [calls[i] for i in idx],
-            equivalences,
-            skipped=skipped,
-            seed=seed,
-        )
+    parts = {
+        part: _part(final, calls, [m == part for m in mask], equivalences, skipped, seed)
+        for part in (False, True)
+    }
     return TuneResult(
         delta=delta,
         split=split,
         check_fraction=check_fraction,
-        config=config,
+        config=_config_of(base_config, chosen_settings, equivalences),
         choices=choices,
         check=parts[True],
         tuned_on=parts[False],
-        keyword_slots=keyword_slots,
+        keyword_slots=_slots_of(chosen_settings),
         candidates=len(candidates),
         seconds=time.perf_counter() - started,
+        learned=learned,
     )
+
+
+def _measure(
+    report: ReplayReport,
+    calls: Sequence[ReplayCall],
+    mask: Sequence[bool],
+    equivalences: Mapping[str, Equivalence],
+    learned: bool,
+    settings: Mapping[str, Setting],
+    measured: dict[str, list[tuple[Setting, Figures, Figures]]],
+    crossed: dict[str, int],
+) -> None:
+    """One candidate's replay, per category: its figures on both parts added to ``measured``,
+    or, where a hit served one agent another agent's answer, a refusal counted in ``crossed``."""
+    key = _key(learned)
+    tuned = _by_category(report.results, calls, mask, False, equivalences, key)
+    checked = _by_category(report.results, calls, mask, True, equivalences, key)
+    crossings = _crossings(report.results, key)
+    for name, setting in settings.items():
+        if crossings.get(name):
+            crossed[name] += 1
+        elif name in tuned and name in checked:
+            measured[name].append((setting, tuned[name], checked[name]))
+
+
+def _part(
+    report: ReplayReport,
+    calls: Sequence[ReplayCall],
+    inside: Sequence[bool],
+    equivalences: Mapping[str, Equivalence],
+    skipped: Mapping[str, int],
+    seed: int | None,
+) -> ReplayReport:
+    """The report of the calls of one part of a replay."""
+    idx = [i for i in range(len(calls)) if inside[i]]
+    return report_of(
+        [report.results[i] for i in idx],
+        [calls[i] for i in idx],
+        equivalences,
+        skipped=skipped,
+        seed=seed,
+    )
+
+
+def _config_of(
+    base: CacheConfig, settings: Mapping[str, Setting | None], equivalences: Mapping[str, Any]
+) -> CacheConfig:
+    """``base`` with each category cached by its setting (``None``: left uncached)."""
+    policies = {
+        name: CategoryPolicy(bypass=True) if s is None else s.policy()
+        for name, s in settings.items()
+    }
+    return _config_with(base, policies, equivalences)
+
+
+def _slots_of(settings: Mapping[str, Setting | None]) -> dict[str, list[str]]:
+    return {name: list(s.slots) for name, s in settings.items() if s is not None and s.slots}
+
+
+def _replayed(
+    calls: Sequence[ReplayCall],
+    base: CacheConfig,
+    settings: Mapping[str, Setting | None],
+    equivalences: Mapping[str, Any],
+    learned: bool,
+    given: Mapping[str, Any],
+) -> ReplayReport:
+    """One replay of ``calls`` under ``settings``: with the recorded options (a keyword slot
+    chosen making those slots the keywords), or as code that declares nothing (the keyword
+    slots in the learned templates' policies)."""
+    config = _config_of(base, settings, equivalences)
+    if learned:
+        return replay(calls, config, learn_templates=True, **given)
+    return replay(calls, config, keyword_slots=_slots_of(settings), **given)

@@ -239,3 +239,34 @@ def test_more_than_15_agents_sharing_a_table_never_get_each_other_s_answers(
             crossed.append((step, agent, content))
     assert not crossed, crossed[:3]
     cache.close()
+
+
+def test_a_name_the_prompt_repeats_keeps_more_than_15_agents_apart_from_the_first_call(
+    tmp_path: Path,
+) -> None:
+    """The same 24 agents from their first calls: before the names have recurred, only the
+    embedding told them apart (one name a few characters from another), and agents were
+    served each other's answers. A value the prompt repeats in two slots (the name, in the
+    persona's header and in the question) is exact from the first call. (Three agents of
+    each name, "Ann Lee", "Ann Lee Jr" and "Ann Lee III", as in bench_learn_replay.py.)"""
+    cache = SemanticCache(tmp_path / "cache", embedder=HashEmbedder()).with_config(threshold=0.8)
+    llm = CachedLLM(FakeOpenAI(answer), cache=cache, templates=[_template(WITH_AGE)])
+    agents = [f"Agent{i // 3} Surname{i // 3}{('', ' Jr', ' III')[i % 3]}" for i in range(24)]
+    crossed, served = [], 0
+    for step in range(24 * 10):
+        # Each call made by the three agents of one name in turn, as in the benchmark.
+        agent = agents[(step // 3 * 5) % 8 * 3 + step % 3]
+        event = f"{WORDS[step // 3 % 8]} {WORDS[step // 24 % 8]}"
+        text = _template(WITH_AGE).fill(
+            agent, "Runs a cafe in town, likes music.", agent, event, "30"
+        )
+        reply, info = llm.chat.completions.create_with_info(
+            model="m", messages=[{"role": "user", "content": text.text}]
+        )
+        content = reply.choices[0].message.content
+        served += info.outcome == "hit"
+        if content.split("|")[0] != agent:
+            crossed.append((step, agent, content))
+    assert not crossed, crossed[:3]
+    assert served > 0
+    cache.close()
