@@ -633,12 +633,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     sites = [s for s, n in per_site.most_common() if n >= args.min_site_calls]
     per_site_rows = [
-        [s]
+        [site]
         + [
             f"{f.site_filed.get(site, 0.0):.0%} / {f.site_share.get(site, 0.0):.0%}"
             for f in figures
         ]
-        for s in sites
+        for site in sites
     ]
     header = [f"code site (>= {args.min_site_calls} calls)"] + [f.path for f in figures]
     print(markdown_table(header, per_site_rows))

@@ -32,7 +32,14 @@ said so):
   itself on half of its ratings, so its excess is wide), where the persona, status line and
   clock of every prompt are slots the learner cannot know to ignore.
 
+With ``--tune``, each bed but the 24-agent stress is then tuned both ways
+(``llmcache.replay.tune``, δ 5 points, split by time, keyword mode at the thresholds
+``--thresholds``; learned: ``tune(learn_templates=True)``, each learned template's slots tried
+as its keyword slots, a setting that crossed agents refused), and the chosen configuration's
+figures on the check part (the second half) are printed per path.
+
     .venv/bin/python benchmarks/bench_learn_replay.py    # about a minute on 2 cores
+    .venv/bin/python benchmarks/bench_learn_replay.py --tune    # about 10 more minutes
 """
 
 from __future__ import annotations
@@ -49,7 +56,17 @@ from park_calls import PARK, PARK_4OMINI, bed_calls, park_calls  # beside this f
 
 from llmcache import EmbedMode
 from llmcache.embedders import StoredEmbedder, default_embedder
-from llmcache.replay import ReplayCall, ReplayReport, embedding_texts, read_calls, replay
+from llmcache.replay import (
+    CallResult,
+    Figures,
+    ReplayCall,
+    ReplayReport,
+    TuneResult,
+    embedding_texts,
+    read_calls,
+    replay,
+    tune,
+)
 from llmcache.templates import TemplateLearner
 
 RECORDING = Path(__file__).resolve().parents[1] / "docs" / "results" / "recording"
@@ -96,21 +113,22 @@ def many_agents(calls: list[ReplayCall]) -> list[ReplayCall]:
     return out
 
 
+def crossings(results: Sequence[CallResult]) -> int:
+    """Hits that served an answer another agent's call stored."""
+    return sum(1 for r in results if r.outcome == "hit" and r.served_from not in (None, r.agent))
+
+
+def interval(f: Figures) -> str:
+    """The excess and its 95% interval, in points."""
+    if f.served and None not in (f.excess, f.excess_low, f.excess_upper):
+        return f"{f.excess:+.1f} [{f.excess_low:+.1f}, {f.excess_upper:+.1f}]"
+    return "- (nothing served)"
+
+
 def row(bed: str, path: str, report: ReplayReport, learner: TemplateLearner | None) -> list[str]:
     f = report.overall
     results = report.results
     filed = sum(1 for r in results if r.filed_under is not None)
-    crossings = sum(
-        1 for r in results if r.outcome == "hit" and r.served_from not in (None, r.agent)
-    )
-    interval = (
-        f"{f.excess:+.1f} [{f.excess_low:+.1f}, {f.excess_upper:+.1f}]"
-        if f.served
-        and f.excess is not None
-        and f.excess_low is not None
-        and f.excess_upper is not None
-        else "- (nothing served)"
-    )
     templates = purity = "-"
     if learner is not None:
         files: dict[str, set[str]] = defaultdict(set)
@@ -127,8 +145,8 @@ def row(bed: str, path: str, report: ReplayReport, learner: TemplateLearner | No
         f"{filed / f.calls:.0%}" if f.calls else "-",
         f"{f.cost_cut:.1%}",
         str(f.served),
-        interval,
-        str(crossings),
+        interval(f),
+        str(crossings(results)),
         templates,
         purity,
     ]
@@ -187,9 +205,49 @@ def learner_times(calls: Sequence[ReplayCall]) -> str:
     )
 
 
+TUNED_HEADER = [
+    "bed",
+    "path",
+    "categories cached",
+    "check-part calls",
+    "cost cut",
+    "served",
+    "excess, points [95%]",
+    "bound",
+    "agent crossings",
+    "seconds",
+]
+
+
+def tuned_row(bed: str, path: str, result: TuneResult) -> list[str]:
+    """A tuned configuration's figures on the check part (the calls it was confirmed on)."""
+    f = result.check.overall
+    cached = sum(1 for c in result.choices.values() if c.setting is not None)
+    return [
+        bed,
+        path,
+        f"{cached} of {len(result.choices)}",
+        str(f.calls),
+        f"{f.cost_cut:.1%}",
+        str(f.served),
+        interval(f),
+        "-" if f.bound is None else f"{f.bound:+.1f}",
+        str(crossings(result.check.results)),
+        f"{result.seconds:.0f}",
+    ]
+
+
+def _thresholds(text: str) -> list[float]:
+    return [float(part) for part in text.split(",")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.parse_args(argv)
+    parser.add_argument("--tune", action="store_true", help="tune each bed both ways as well")
+    parser.add_argument(
+        "--thresholds", type=_thresholds, default=[0.85, 0.9, 0.95, 0.999], help="for --tune"
+    )
+    args = parser.parse_args(argv)
     print(header_line(machine_info()), flush=True)
     found = beds()
     if not found:
@@ -216,7 +274,34 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(HEADER, rows))
     print("\nper prompt file, filed / served:")
     print(markdown_table(["bed", "prompt file", "calls", "declared", "learned"], categories))
+    if args.tune:
+        print()
+        print(markdown_table(TUNED_HEADER, tuned_rows(found, embedder, args.thresholds)))
     return 0
+
+
+def tuned_rows(
+    found: dict[str, list[ReplayCall]], embedder: StoredEmbedder, thresholds: list[float]
+) -> list[list[str]]:
+    """Each bed but the stress tuned declared and learned: the check part's figures."""
+    rows = []
+    for bed, calls in found.items():
+        if bed.startswith("the same"):
+            continue
+        for path, learn in (("declared, tuned", False), ("learned, tuned", True)):
+            result = tune(
+                calls,
+                thresholds=thresholds,
+                embeds=[EmbedMode.KEYWORD],
+                lead_words=[0],
+                embedder=embedder,
+                learn_templates=learn,
+            )
+            rows.append(tuned_row(bed, path, result))
+            print(f"{bed}, {path}: {result.seconds:.0f} s", flush=True)
+            for name, choice in sorted(result.choices.items()):
+                print(f"  {name}: {choice.setting.describe() if choice.setting else 'uncached'}")
+    return rows
 
 
 if __name__ == "__main__":
