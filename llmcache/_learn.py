@@ -124,7 +124,9 @@ __all__ = ["LearnedTemplate", "TemplateLearner"]
 
 logger = logging.getLogger("llmcache")
 
-_TOKEN = re.compile(r"\w+|[^\w\s]|\s+")
+# A line break begins a token of its own, the spaces before it another: "value \n" and
+# "value\n" (a labelled line left empty, "Daily plan requirement: \n") break alike.
+_TOKEN = re.compile(r"\w+|[^\w\s]|[^\S\n]+|\n\s*")
 _WORD = re.compile(r"\w")
 _NAMED = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _POSITIONAL = re.compile(r"!<INPUT (\d+)>!")
@@ -357,6 +359,18 @@ def _none(span: list[_Element] | list[str]) -> bool:
     return not any(e is _GAP or (isinstance(e, str) and not e.isspace()) for e in span)
 
 
+def _rest_of_line(*spans: list[_Element] | list[str]) -> bool:
+    """Whether each span's text ends on the line it begins on (a line break after it aside):
+    a value after a label, not lines of their own."""
+    for span in spans:
+        end = len(span)
+        while end and isinstance(span[end - 1], str) and str(span[end - 1]).isspace():
+            end -= 1
+        if not _one_line(span[:end]):
+            return False
+    return True
+
+
 def _breaks(e: _Element) -> bool:
     """Whether an element ends a line (the system text ends one too)."""
     return isinstance(e, str) and ("\n" in e or e == _SEP)
@@ -450,11 +464,21 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
         if i > at_t or j > at_p:
             span, theirs = template[at_t:i], tokens[at_p:j]
             line = _value_opens(merged, start)
+            # The whole of a labelled line's value: from its label (or its line's start, after
+            # a label alone) to the line's end.
+            whole = (
+                line
+                and (len(merged) == start or _label(merged[start:]) == len(merged) - start)
+                and (n == 0 or _breaks(template[i]))
+                and _rest_of_line(span, theirs)
+            )
             merged.append(_GAP)
             given_up, held = _marks(span), _marks(theirs)
-            if _none(theirs) or _none(span):
+            if (_none(theirs) or _none(span)) and not whole:
                 # Text one holds where the other holds none: optional text, or another
                 # template's (a reaction's extra field, where a location prompt has none).
+                # Not a labelled line's whole value that one left empty ("Daily plan
+                # requirement: " of an agent without a plan): a value, however long.
                 inserted = max(inserted, len(given_up), len(held))
             at_line = start == len(merged) - 1
             labels = labels or _labels(span, at_line) != _labels(theirs, at_line)
@@ -527,14 +551,24 @@ def _line_values(merged: list[_Element], free: set[int]) -> list[_Element]:
     keeps its fixed parts, so that a slot that says whose call it is stays its own, and a line
     that ends in fixed text after its last slot ("Name: {name} likes tea") is kept as it is."""
     out: list[_Element] = []
+    previous: list[_Element] = []
     for line, end in _lines(merged):
         at = _label(line) if len(out) in free else None
+        if at is None and len(out) in free and _alone(previous):
+            at = 0  # the line after a label that stands alone ("Conversation:"): all value
         if at is not None and len(_marks(line[_last_gap(line) + 1 :])) < VALUE_BREAK:
             line = [*line[:at], _GAP]
         out.extend(line)
+        previous = line
         if end is not None:
             out.append(end)
     return out
+
+
+def _alone(line: list[_Element]) -> bool:
+    """Whether a line is a label that stands alone, its value on the next line."""
+    at = _label(line)
+    return at is not None and not _marks(line[at:])
 
 
 def _held_values(elements: list[_Element]) -> list[_Element]:

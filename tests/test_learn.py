@@ -739,3 +739,32 @@ def test_a_labelled_value_every_first_prompt_held_alike_is_a_slot_when_empty_or_
     assert learner.widened == 0
     # Another task's prompt is not this template's.
     assert learner.recognise(prompt("Ann Lee", "", "Friday February 13", "summarise")) is None
+
+
+def test_agents_with_and_without_a_plan_and_a_told_conversation_make_one_template() -> None:
+    """Park's chat prompt over its eight agents: some personas leave "Daily plan requirement: "
+    empty, others fill it with a sentence or two; the conversation, on the line after
+    "Conversation:", always begins "conversing about <A> and <B>". A labelled value one
+    prompt leaves empty is still a value (not another template's extra text), and the line
+    after a label that stands alone is one slot whatever words its values share: one
+    template, filing its prompts from its first few (three templates, 74%, before)."""
+    rng = random.Random(11)
+    plans = {"Ann Lee": "", "Bob Ray": "", "Cy Dee": "", "Di Fox": ""}
+    for name in ("Cy Dee", "Di Fox"):
+        plans[name] = " ".join(rng.choice(VALUES) for _ in range(rng.randint(16, 24)))
+    prompts = []
+    for _ in range(120):
+        name, other = rng.sample(sorted(plans), 2)
+        talk = " ".join(rng.choice(VALUES) for _ in range(rng.randint(16, 30)))
+        prompts.append(
+            f"Here is a brief description of {name}.\nName: {name}\n"
+            f"Daily plan requirement: {plans[name]}\nCurrent Date: Friday February 13\n\n\n"
+            f"On the scale of 1 to 10, rate the poignancy of the following conversation for "
+            f"{name}.\n\nConversation:\nconversing about {name} and {other} discussing {talk}"
+            f"\n\nRate (return a number between 1 to 10):"
+        )
+    learner, filed = _filed_after(prompts, 40)
+    (learned,) = learner.templates()
+    assert "Daily plan requirement: {slot_3}\n" in learned.text
+    assert "\n\nConversation:\n{slot_6}\n\nRate" in learned.text
+    assert filed >= 0.95 * 80 and learner.widened == 0
