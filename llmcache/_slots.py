@@ -19,7 +19,9 @@ most of the text; the event is a few words). So, unless the call gives ``keyword
   every slot partitions until it has shown 16 distinct values (or while they are few per
   call), and the partitioning slots that separate the callers are exact
   (:func:`exact_partitions`), so one agent is never served another's answer, not even in the
-  table's first calls (up to 15 agents);
+  table's first calls (up to 15 agents); with more, a short value the call repeats in two of
+  its slots (the agent's name, in a persona's header and in the question) is exact from the
+  first call (:func:`echoed`);
 - **times and dates inside** an embedded slot's value (``[Monday February 13 -- 10:00 AM]
   Activity:``) must match too (``CacheConfig(exact_times=True)``, the default), the rest
   being embedded;
