@@ -261,12 +261,19 @@ class SemanticCache:
         return HitStep(self.config, self.embedder, self.prices)
 
     def choose_slots(
-        self, stats_key: str, slots: dict[str, str], exact: frozenset[str], *, shared: bool
+        self,
+        stats_key: str,
+        slots: dict[str, str],
+        exact: frozenset[str],
+        *,
+        shared: bool,
+        anchors: frozenset[str] = frozenset(),
     ) -> tuple[tuple[str, ...], frozenset[str]]:
         """Which of a templated call's slots to embed, and which partition its table (exact
         too), from what its table (whose counters' key is ``stats_key``; ``shared``: its calls
-        name no agent) has seen; the call's values join the table's profile."""
-        return self._tables.slots.choose(stats_key, slots, exact, shared=shared)
+        name no agent; ``anchors``: its slots that name the caller) has seen; the call's
+        values join the table's profile."""
+        return self._tables.slots.choose(stats_key, slots, exact, shared=shared, anchors=anchors)
 
     def embed(self, text: str) -> NDArray[np.float32]:
         vectors = self.embedder.embed([text])

@@ -322,7 +322,7 @@ class _CachedCall:
         echo = echoed(slots) if shared else frozenset()
         self.exact |= echo
         chosen, partitions = self.cache.choose_slots(
-            self.stats_key, slots, self.exact, shared=shared
+            self.stats_key, slots, self.exact, shared=shared, anchors=echo
         )
         self.exact |= partitions
         picked = tuple(n for n in self.policy.keyword_slots or () if n in slots)

@@ -116,6 +116,9 @@ RECUR_RATIO = 0.25
 #: In a shared table, a slot with many values still partitions once they are this few per
 #: call (a population of more than 15 agents: each has called about ten times).
 POPULATION_RATIO = 0.1
+#: In a shared table, a slot with at most this many times the values of the slots that name
+#: the caller partitions too (see :func:`partitioning`).
+ANCHOR_TIE = 1.5
 
 _TRAILING = ".!?;:,"
 
@@ -294,7 +297,11 @@ def distinct_estimate(profile: Mapping[str, float], name: str) -> float:
 
 
 def partitioning(
-    profile: Mapping[str, float], names: Sequence[str], *, shared: bool
+    profile: Mapping[str, float],
+    names: Sequence[str],
+    *,
+    shared: bool,
+    anchors: frozenset[str] = frozenset(),
 ) -> frozenset[str]:
     """The slots that tell *whose* query a call is rather than *what* it asks: few values,
     each recurring (an agent's name, its persona summary, a fixed list of places). They are
@@ -307,9 +314,16 @@ def partitioning(
     agent is never served another's answer. In an agent's own table no agent can be crossed,
     so a slot that varied is embedded at once (as before), and becomes partitioning only
     once the table has ``SETTLE_CALLS`` calls and the slot has shown few values, each
-    recurring (at most ``RECUR_RATIO`` of the calls)."""
+    recurring (at most ``RECUR_RATIO`` of the calls).
+
+    ``anchors``: the slots that name the caller in a shared table (:func:`echoed`). A slot
+    with no more values than they have (``ANCHOR_TIE`` times, an estimate's error and a
+    persona that changes once or twice aside) is the caller's too: with more than 15 agents
+    an agent's persona lines have as many values as the names, and embedded with the
+    question they made every question of one agent look alike (their text most of it)."""
     calls = profile.get(_CALLS, 0.0)
     found = set()
+    tie = ANCHOR_TIE * max((distinct_estimate(profile, a) for a in anchors), default=0.0)
     for name in names:
         filled = _filled(profile, name)
         if filled == 0:
@@ -317,7 +331,7 @@ def partitioning(
         estimate = distinct_estimate(profile, name)
         few = filled < QUERY_DISTINCT
         if shared:
-            if few or (calls and estimate < POPULATION_RATIO * calls):
+            if few or (calls and estimate < POPULATION_RATIO * calls) or estimate <= tie:
                 found.add(name)
         elif calls >= SETTLE_CALLS and few and estimate <= RECUR_RATIO * calls:
             found.add(name)
@@ -462,10 +476,12 @@ class SlotBook:
         exact: frozenset[str],
         *,
         shared: bool = False,
+        anchors: frozenset[str] = frozenset(),
     ) -> tuple[tuple[str, ...], frozenset[str]]:
         """Take a call's slot values into its table's profile, then choose its slots: those
         to embed, and the partitioning ones to match exactly (:func:`exact_partitions`);
-        ``shared``: the call names no agent (see :func:`partitioning`)."""
+        ``shared``: the call names no agent, ``anchors``: its slots that name the caller (see
+        :func:`partitioning`)."""
         delta = observe(slots, exact)
         with self._lock:
             self._refresh()
@@ -477,7 +493,7 @@ class SlotBook:
             # The calls add up (not an extreme): counted here, merged with a re-read by max.
             profile[_CALLS] = profile.get(_CALLS, 0.0) + 1.0
             names = list(slots)
-            parts = partitioning(profile, names, shared=shared)
+            parts = partitioning(profile, names, shared=shared, anchors=anchors)
             chosen = choose(profile, names, exact | parts)
             matched = exact_partitions(profile, parts, shared=shared)
             # Where no agent is named, the values of the slots that separate the callers name

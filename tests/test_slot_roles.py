@@ -270,3 +270,35 @@ def test_a_name_the_prompt_repeats_keeps_more_than_15_agents_apart_from_the_firs
     assert not crossed, crossed[:3]
     assert served > 0
     cache.close()
+
+
+def test_with_more_than_15_agents_a_persona_is_the_caller_s_and_never_embedded(
+    tmp_path: Path,
+) -> None:
+    """24 agents, each persona (most of the prompt's text) its own: a persona slot has as
+    many values as the names. Embedded with the event, it made two events of one agent look
+    alike (the persona's text most of the vector), and each was served the other's answer.
+    A slot with no more values than the names the prompt repeats is the caller's: matched
+    with them, never embedded."""
+    cache = SemanticCache(tmp_path / "cache", embedder=HashEmbedder()).with_config(threshold=0.8)
+    llm = CachedLLM(FakeOpenAI(answer), cache=cache, templates=[_template(WITH_AGE)])
+    agents = [f"Agent{i} Surname{i}" for i in range(24)]
+    personas = {
+        agent: " ".join(f"{WORDS[(i * 5 + k) % 8]}{i}x{k}" for k in range(30))
+        for i, agent in enumerate(agents)
+    }
+    wrong, embedded = [], set()
+    for step in range(24 * 8):
+        agent = agents[step % 24]
+        event = f"{WORDS[step % 8]} {WORDS[(step // 8) % 8]} {step}"  # never asked again
+        text = _template(WITH_AGE).fill(agent, personas[agent], agent, event, "30")
+        reply, info = llm.chat.completions.create_with_info(
+            model="m", messages=[{"role": "user", "content": text.text}]
+        )
+        if reply.choices[0].message.content != f"{agent}|{event}":
+            wrong.append((step, agent, reply.choices[0].message.content))
+        if step >= 48:
+            embedded.update(info.embedded_slots or ())
+    assert not wrong, wrong[:3]
+    assert embedded == {"3"}  # the event alone, once every agent has called
+    cache.close()
