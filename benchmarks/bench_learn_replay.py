@@ -39,7 +39,7 @@ as its keyword slots, a setting that crossed agents refused), and the chosen con
 figures on the check part (the second half) are printed per path.
 
     .venv/bin/python benchmarks/bench_learn_replay.py    # about a minute on 2 cores
-    .venv/bin/python benchmarks/bench_learn_replay.py --tune    # about 10 more minutes
+    .venv/bin/python benchmarks/bench_learn_replay.py --tune    # about 5 more minutes
 """
 
 from __future__ import annotations
