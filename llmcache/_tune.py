@@ -46,6 +46,8 @@ from ._replay import (
     report_of,
 )
 from ._replay_calls import ReplayCall, ReplayInput
+from ._shapes import chat_prompt
+from ._slots import ANCHOR_TIE
 from ._types import EmbedMode
 
 __all__ = [
@@ -360,20 +362,16 @@ def _choice(
 
 
 def _candidates(
-    slot_names: Mapping[str, Sequence[str]],
+    slot_choices: Mapping[str, Sequence[tuple[str, ...] | None]],
     embeds: Sequence[EmbedMode],
     thresholds: Sequence[float],
     lead_words: Sequence[int] = (0,),
 ) -> list[tuple[EmbedMode, float, int, dict[str, tuple[str, ...] | None]]]:
     """Every replay tune runs: an embed mode, a threshold, the leading words that must match
     (keyword mode only: in full mode every prompt of a template begins alike), and per
-    category the keyword slots tried (``None``: the calls' own keywords, or the slots' roles).
-    Keyword slots are a choice only where calls carry slots (``slot_names``, per category),
-    and more than one of them; each round of keyword mode tries one slot of every category
-    that has another left."""
-    slot_choices: dict[str, list[tuple[str, ...] | None]] = {}
-    for name, names in slot_names.items():
-        slot_choices[name] = [None] + ([(n,) for n in names] if len(names) > 1 else [])
+    category the keyword slots tried (``slot_choices``; ``None``: the calls' own keywords, or
+    the slots' roles); each round of keyword mode tries one choice of every category that has
+    another left."""
     rounds = max((len(v) for v in slot_choices.values()), default=1)
     out: list[tuple[EmbedMode, float, int, dict[str, tuple[str, ...] | None]]] = []
     for embed in embeds:
@@ -385,23 +383,50 @@ def _candidates(
     return out
 
 
-def _recorded_slots(calls: Sequence[ReplayCall]) -> dict[str, list[str]]:
-    """Per recorded category, the slots its calls carry."""
+def _recorded_choices(calls: Sequence[ReplayCall]) -> dict[str, list[tuple[str, ...] | None]]:
+    """Per recorded category, the keyword slots tried: each slot its calls carry, where they
+    carry more than one (one slot alone is what every slot embeds)."""
     names: dict[str, set[str]] = defaultdict(set)
     for call in calls:
         names[call.category].update(call.slots or {})
-    return {name: sorted(slots) for name, slots in sorted(names.items())}
+    return {
+        name: [None] + ([(n,) for n in sorted(slots)] if len(slots) > 1 else [])
+        for name, slots in sorted(names.items())
+    }
 
 
-def _learned_slots(calls: Sequence[ReplayCall], **given: Any) -> dict[str, list[str]]:
+def _learned_choices(
+    calls: Sequence[ReplayCall], **given: Any
+) -> dict[str, list[tuple[str, ...] | None]]:
     """Per template learned from the calls (one replay as code that declares nothing), the
-    slots it has; a template the learner replaced on the way (widened, say) has none to try.
-    The learner is deterministic, so every candidate's replay learns the same templates."""
+    keyword slots tried: its slots with more values than the agents whose calls it filed have
+    (``ANCHOR_TIE`` times, as the slot roles count them): a slot with no more says whose call
+    it is (a name, a persona line), not what is asked, and trying each of Park's thirteen
+    slots made tuning 34 times as long as the declared categories'. A template the learner
+    replaced on the way (widened, say) has none. The learner is deterministic, so every
+    candidate's replay learns the same templates."""
     learner = TemplateLearner()
     report = replay(calls, learn_templates=learner, **given)
-    slots = {t.name: list(t.slots) for t in learner.templates()}
     filed = sorted({r.filed_under for r in report.results if r.filed_under is not None})
-    return {name: slots.get(name, []) for name in filed}
+    values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    agents: dict[str, set[str]] = defaultdict(set)
+    for call in calls:
+        prompt = chat_prompt({"messages": call.messages})
+        options = None if isinstance(prompt, str) else learner.recognise(*prompt)
+        if options is not None and options.slots:
+            agents[options.category].add(call.agent)
+            for slot, value in options.slots.items():
+                values[options.category][slot].add(value)
+    order = {t.name: list(t.slots) for t in learner.templates()}
+    return {
+        name: [None]
+        + [
+            (slot,)
+            for slot in order.get(name, [])
+            if agents[name] and len(values[name][slot]) > ANCHOR_TIE * len(agents[name])
+        ]
+        for name in filed
+    }
 
 
 class _Once(logging.Filter):
@@ -485,11 +510,13 @@ def tune(
     given: dict[str, Any] = {"embedder": embedder, "seed": seed, "prices": prices}
     tick = progress or (lambda done, total: None)
     learned = learn_templates is True
-    slot_names = (
-        _learned_slots(calls, config=base_config, **given) if learned else _recorded_slots(calls)
+    slot_choices = (
+        _learned_choices(calls, config=base_config, **given)
+        if learned
+        else _recorded_choices(calls)
     )
-    categories = sorted(slot_names)
-    candidates = _candidates(slot_names, embeds, thresholds, lead_words or (0,))
+    categories = sorted(slot_choices)
+    candidates = _candidates(slot_choices, embeds, thresholds, lead_words or (0,))
     total = len(candidates) + 1
     tick(0, total)
     measured: dict[str, list[tuple[Setting, Figures, Figures]]] = defaultdict(list)

@@ -167,6 +167,9 @@ def test_tune_never_chooses_a_setting_that_serves_one_agent_another_s_answer(
     calls = _calls(shared=True)
     with caplog.at_level(logging.WARNING, logger="llmcache"):
         result = _tuned(calls)
+    # Tried as keyword slots: the event and the clock, each at two thresholds, beside the
+    # slots' roles; never the agent's name, which has no more values than the agents.
+    assert result.candidates == 3 * 2, result.render()
     # The shared table is said once, not once per setting replayed.
     said = Counter(r.getMessage() for r in caplog.records if "share one table" in r.getMessage())
     assert said and set(said.values()) == {1}, said
