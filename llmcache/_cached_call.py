@@ -48,6 +48,7 @@ from ._slots import (
     exact_differs,
     exact_slot_names,
     lead_differs,
+    named,
     slot_text,
     times_differ,
 )
@@ -329,11 +330,15 @@ class _CachedCall:
         if picked and slot_text(slots, picked):
             # The category's keyword slots, chosen on a recording (tune): the other slots were
             # shown not to change the answer, so they neither embed nor match (a clock or a
-            # status line in every prompt), but for the slots the call itself names exact and
-            # the names it repeats. The table's roles above are still observed, for when the
-            # choice is taken back.
+            # status line in every prompt), but for the slots the call itself names exact and,
+            # in a table the agents share, the names: those it repeats and the short ones its
+            # roles say tell the callers apart (a recording may not have shown who asked).
             chosen = picked
-            self.exact = (frozenset(self.options.exact_slots or ()) & frozenset(slots)) | echo
+            self.exact = (
+                (frozenset(self.options.exact_slots or ()) & frozenset(slots))
+                | echo
+                | named(slots, partitions)
+            )
         text = slot_text(slots, chosen)
         if not text:
             # The chosen slots are blank in this call: embedded by all its slots instead.

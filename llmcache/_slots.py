@@ -59,7 +59,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 logger = logging.getLogger("llmcache")
@@ -77,6 +77,7 @@ __all__ = [
     "lead_differs",
     "looks_dated",
     "looks_exact",
+    "named",
     "observe",
     "partition_values_from_counters",
     "partitioning",
@@ -230,6 +231,12 @@ def exact_slot_names(
     if detect:
         names.update(name for name, value in slots.items() if looks_exact(value))
     return frozenset(names)
+
+
+def named(slots: Mapping[str, str], names: Iterable[str]) -> frozenset[str]:
+    """Of ``names``, the slots whose value is short (at most ``_NAMED_CHARS``: a name, not a
+    persona or a status line)."""
+    return frozenset(n for n in names if n in slots and len(slots[n].strip()) <= _NAMED_CHARS)
 
 
 def echoed(slots: Mapping[str, str]) -> frozenset[str]:
