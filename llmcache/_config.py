@@ -67,10 +67,12 @@ class CategoryPolicy(BaseModel):
 
     ``keyword_slots``: for the category's calls that carry slot values and no keywords (a
     prompt file recognised, a template learned from the traffic), the slots whose values are
-    embedded, in that order. Every other slot is then context, neither embedded nor matched
-    (the slots a call names exact aside), even a time or a name: it is a choice made on
-    evidence that the other slots do not change the answer, as ``python -m llmcache tune``
-    makes it (from a recording, refusing any choice that served one agent another's answer).
+    embedded, in that order. Every other slot is then context, neither embedded nor matched,
+    even a time, but for the slots a call names exact and, in a table the agents share (the
+    calls name no agent), the names: a short value the call repeats, and the short slots its
+    roles say tell the callers apart. It is a choice made on evidence that the other slots do
+    not change the answer, as ``python -m llmcache tune`` makes it (from a recording, refusing
+    any choice that served one agent another's answer).
     Without it the cache learns the slots' roles from the table's traffic (``_slots.py``).
     """
 
