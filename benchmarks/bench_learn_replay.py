@@ -115,7 +115,7 @@ def many_agents(calls: list[ReplayCall]) -> list[ReplayCall]:
 
 def crossings(results: Sequence[CallResult]) -> int:
     """Hits that served an answer another agent's call stored."""
-    return sum(1 for r in results if r.outcome == "hit" and r.served_from not in (None, r.agent))
+    return sum(1 for r in results if r.crossed)
 
 
 def interval(f: Figures) -> str:

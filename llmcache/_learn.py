@@ -431,9 +431,7 @@ def _value_opens(merged: list[_Element], start: int) -> bool:
         return True
     if start == 0:
         return False
-    previous = merged[_line_start(merged, start - 1) : start - 1]
-    at = _label(previous)
-    return at is not None and not _marks(previous[at:])
+    return _alone(merged[_line_start(merged, start - 1) : start - 1])
 
 
 def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Merged:

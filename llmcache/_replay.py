@@ -220,6 +220,11 @@ class CallResult(BaseModel):
     cost_usd: float = 0.0
     baseline_usd: float = 0.0  # what the call cost without a cache
 
+    @property
+    def crossed(self) -> bool:
+        """Whether it was a hit that served an answer another agent's call stored."""
+        return self.served_from is not None and self.served_from != self.agent
+
 
 class WrongHit(BaseModel):
     """A served answer its query's true answer does not accept."""

@@ -363,8 +363,8 @@ def exact_partitions(
         return frozenset()
     few = frozenset(name for name in parts if _filled(profile, name) < QUERY_DISTINCT)
     if any(_filled(profile, name) > 1 for name in few):
-        named = {n for n in parts - few if profile.get(f"{_LEN}{n}", 0.0) <= _NAMED_CHARS}
-        return few | named
+        short = {n for n in parts - few if profile.get(f"{_LEN}{n}", 0.0) <= _NAMED_CHARS}
+        return few | short
     return parts
 
 
@@ -505,14 +505,13 @@ class SlotBook:
             matched = exact_partitions(profile, parts, shared=shared)
             # Where no agent is named, the values of the slots that separate the callers name
             # them in the stats (short values only: a name, not a persona).
-            named = {
+            callers = {
                 f"{_VALUE}{name}:{slots[name].strip()}": 1.0
-                for name in matched
-                if shared and len(slots[name].strip()) <= _NAMED_CHARS
+                for name in (named(slots, matched) if shared else ())
             }
-            named = {n: v for n, v in named.items() if n not in profile}
-            profile.update(named)
-            changed.update(named)
+            callers = {n: v for n, v in callers.items() if n not in profile}
+            profile.update(callers)
+            changed.update(callers)
             # Said once the roles are told apart (some slot keeps taking new values), so that
             # it names the slots that partition, not every slot of a table's first calls.
             warn = (

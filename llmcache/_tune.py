@@ -249,7 +249,7 @@ def _crossings(
     crossed: dict[str, int] = defaultdict(int)
     for row in results:
         name = key(row)
-        if name is not None and row.served_from is not None and row.served_from != row.agent:
+        if name is not None and row.crossed:
             crossed[name] += 1
     return crossed
 

@@ -165,7 +165,7 @@ def _tuned(calls: list[ReplayCall]) -> Any:
 
 
 def _crossings(report: Any) -> int:
-    return sum(r.served_from not in (None, r.agent) for r in report.results)
+    return sum(r.crossed for r in report.results)
 
 
 def test_tune_chooses_a_learned_template_s_keyword_slot_where_the_rest_is_context() -> None:
