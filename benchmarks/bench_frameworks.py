@@ -2,7 +2,10 @@
 
     python benchmarks/bench_frameworks.py \\
         --calls benchmarks/data/frameworks/generative_agent_smollm2.jsonl
-    python benchmarks/bench_frameworks.py --live --record calls.jsonl   # the local model, ~1 h
+    python benchmarks/bench_frameworks.py \\
+        --calls benchmarks/data/frameworks/generative_agent_qwen15.jsonl
+    python benchmarks/bench_frameworks.py --live --record calls.jsonl   # the local model
+    python benchmarks/bench_frameworks.py --live --model qwen2.5-coder-1.5b --record q.jsonl
     python benchmarks/bench_frameworks.py --live --reactions 6 --turns 2 --max-tokens 24
 
 The first line, the default (seconds), replays the calls of a recorded live run through each
@@ -20,14 +23,18 @@ default embedder (the docs' FAISS and OpenAI embeddings need a download or a key
    the ``LLMChain`` that made the call, named by the framework's function that built it), its
    agent (the ``GenerativeAgent`` or memory it was made for), the prompt and the answer.
 2. **The same traffic through each path.** The recorded calls are sent, in order, through
-   llmcache's LangChain cache (``LLMCache``, what ``set_llm_cache`` installs) filed three ways:
-   templates **learned** from the traffic (``TemplateLearner``, the zero-change path),
-   templates **declared** (the framework's own prompt templates, as ``PromptTemplate``s: what
-   a user who copied them out would get), and the **full** prompt embedded in one table (what
-   GPTCache-style caches do). A miss is answered with the recorded answer; a hit is compared
-   with it. The model is deterministic (temperature 0), so its own variability is 0 and the
-   excess is the plain wrong-hit rate: a served answer that is not the model's own (for the
-   importance scores, a different integer).
+   llmcache's LangChain cache (``LLMCache``, what ``set_llm_cache`` installs) filed four ways:
+   templates **learned** from the traffic (``TemplateLearner``, the zero-change path) **by
+   code site** (in-process, ``set_llm_cache`` or ``CachedLLM``: each call replayed inside
+   ``code_site(<its framework function>)``, the site the live path reads from the stack)
+   and **by text alone** (the proxy, whose requests carry no stack), templates **declared**
+   (the framework's own prompt templates, as ``PromptTemplate``s: what a user who copied them
+   out would get), and the **full** prompt embedded in one table (what GPTCache-style caches
+   do). A miss is answered with the recorded answer; a hit is compared with it: a served
+   answer that is not the model's own (for the importance scores, a different integer) is
+   wrong. At temperature 0 the model is meant to be deterministic; llama.cpp is not quite
+   (across its prompt cache), so a hit on an exact repeat of a stored prompt whose recorded
+   answers differ is counted apart ("exact"): the model's own variability, not the cache's.
 
 Printed per path: the share of calls of each code site with at least 20 calls that were filed
 under one learned template (the site's most common table), purity (tables that mix two code
@@ -37,17 +44,28 @@ filed at all and under its most common template (a template widened as it is use
 site's calls under one template, then another). Figures depend on the model and on the
 machine's speed only through the answers; the run's time is printed too.
 
-Recorded on 2026-11-28 (2 cores, AMD EPYC, shared: load average 7-10), SmolLM2-135M Q4_0,
-defaults (28 reactions, 3 interviews per agent, 2 rounds of dialogue, 32 tokens an answer):
-199 calls, the live run 3326 s, saved as
-``benchmarks/data/frameworks/generative_agent_smollm2.jsonl`` (each call's code site, the
-framework's own prompt template, agent, prompt, answer and tokens). Replayed by the first
-command above on 2026-11-29 (same machine, about 15 s), to the live run's figures.
-Learned: 25% of calls filed (the importance site's 71% of 41 calls, the entity site's 57% of
-37 under four templates in turn; the action, relationship and reaction sites, 29-37 calls
-each, never), pure, 0 crossings, 5 hits, cut 0.9%, 0/5 wrong. Declared: 100% filed, 10
-tables, pure, 0 crossings, 17 hits, cut 5.7%, 0/17 wrong. Full prompt: one table mixing every
-site, 5 crossings, 73 hits, cut 40.3%, 27/73 wrong.
+Recorded with the defaults (28 reactions, 3 interviews per agent, 2 rounds of dialogue, 32
+tokens an answer), each call's code site, the framework's own prompt template, agent, prompt,
+answer and tokens saved in ``benchmarks/data/frameworks/``: on 2026-11-28 on SmolLM2-135M
+Q4_0, the default local model (2 cores, AMD EPYC, shared: load average 7-10; 199 calls, the
+live run 3326 s, ``generative_agent_smollm2.jsonl``), and on 2026-11-29 on Qwen2.5-Coder-1.5B
+(same machine, load about 2; 218 calls, 714 s, ``generative_agent_qwen15.jsonl``), whose
+answers read as a model's (an entity is "Tommie", not three lines of echoed prompt).
+Replayed by the first two commands on 2026-11-29 (same machine, seconds each):
+
+- SmolLM2: learned by code site 55% of calls filed, pure (12/12), 0 crossings, 5 hits, cut
+  0.9%, 0/5 wrong; per site importance 71%, entity 57% (under four templates in turn),
+  action 54%, relationship 59%, reaction 59%. By text alone 34% (entity and action 0%).
+  Declared: 100% filed, pure, 0 crossings, 17 hits, cut 5.7%, 0/17 wrong. Full prompt: one
+  table mixing every site, 5 crossings, 73 hits, cut 40.3%, 27/73 wrong.
+- Qwen: learned by code site 53% filed, pure (11/11), 2 crossings, 4 hits, cut 0.6%, 0/4
+  wrong; per site importance 76%, entity 59%, action 41%, relationship 54%, reaction 55%. By
+  text alone 35% (entity and action 0%: the two questions about one observation read as one
+  template being learned). Declared: 100% filed, 2 crossings, 11 hits, cut 4.7%, 5/11 wrong,
+  all 5 exact repeats of an agent's summary that the model answered anew. Full prompt: 12
+  crossings, 94 hits, cut 51.2%, 51/94 wrong. The 2 crossings of the learned and declared
+  paths are the importance prompt's, which names no agent: two agents' memories of one
+  exchange, rated alike (8).
 """
 
 from __future__ import annotations
@@ -85,7 +103,7 @@ from llmcache import CacheConfig, CacheOptions, EmbedMode, PromptTemplate, Seman
 from llmcache.embedders import Embedder, default_embedder
 from llmcache.langchain import LLMCache, PromptFiler
 from llmcache.llm import DEFAULT_MODEL
-from llmcache.templates import TemplateLearner, TemplateSet
+from llmcache.templates import TemplateLearner, TemplateSet, code_site
 
 # -- the scenario of LangChain's generative-agents docs -----------------------------------------
 
@@ -395,6 +413,9 @@ class PathFigures:
     wrong: int
     cut: float
     seconds: float
+    #: Of the wrong hits, those that repeated a stored prompt exactly: the model answered the
+    #: same prompt anew (its own variability), not the cache a different prompt.
+    wrong_repeats: int = 0
 
     def row(self) -> list[str]:
         shares = list(self.site_share.values())
@@ -409,7 +430,8 @@ class PathFigures:
             str(self.crossings),
             str(self.hits),
             f"{self.cut:.1%}",
-            f"{self.wrong}/{self.hits}" if self.hits else "0/0",
+            (f"{self.wrong}/{self.hits}" if self.hits else "0/0")
+            + (f" ({self.wrong_repeats} exact)" if self.wrong_repeats else ""),
             f"{self.seconds:.1f}",
         ]
 
@@ -420,22 +442,28 @@ def replay_path(
     make_cache: Callable[[], LLMCache],
     *,
     min_site_calls: int = 20,
+    sites: bool = False,
 ) -> PathFigures:
     """Send the recorded calls, in order, through one LangChain cache: a miss is answered with
-    the recorded answer, a hit is compared with it."""
+    the recorded answer, a hit is compared with it. ``sites``: each call made inside
+    ``code_site(<its framework function>)``, the site the live path reads from the stack
+    (one call line per function; ``tests/test_langchain_agent.py`` checks the live path learns
+    at the framework's functions); without it every call reads as the replay loop's one site,
+    as through the proxy, whose requests carry no stack."""
     started = time.perf_counter()
     cache = make_cache()
     table_sites: dict[str, Counter[str]] = defaultdict(Counter)
     site_templates: dict[str, Counter[str]] = defaultdict(Counter)
     stored: dict[tuple[str, int], Call] = {}
-    crossings = hits = wrong = filed = 0
+    crossings = hits = wrong = wrong_repeats = filed = 0
     asked = avoided = 0
     for call in calls:
         if call.answer is None:
             continue
         tokens = call.usage.get("input_tokens", 0) + call.usage.get("output_tokens", 0)
         asked += tokens
-        served = cache.lookup(call.prompt, call.llm_string)
+        with code_site(call.site.split("#")[0] if sites else "replay"):
+            served = cache.lookup(call.prompt, call.llm_string)
         info = cache.last_info
         if info is not None:
             filed += 1
@@ -450,6 +478,7 @@ def replay_path(
                 crossings += 1
             if not same_answer(call.site, served[0].text, call.answer):
                 wrong += 1
+                wrong_repeats += origin is not None and origin.prompt == call.prompt
             continue
         message = AIMessage(
             content=call.answer,
@@ -495,7 +524,14 @@ def replay_path(
         wrong=wrong,
         cut=avoided / asked if asked else 0.0,
         seconds=time.perf_counter() - started,
+        wrong_repeats=wrong_repeats,
     )
+
+
+#: The learned path in-process (``set_llm_cache``, ``CachedLLM``): each code site learned apart.
+BY_SITE = "learned, by code site (in-process)"
+#: The learned path through the proxy: no stack, templates told apart by their text alone.
+BY_TEXT = "learned, by text alone (the proxy)"
 
 
 def paths(
@@ -511,7 +547,8 @@ def paths(
         return lambda: LLMCache(tables(name), learner=learner, **extra)
 
     return {
-        "learned (TemplateLearner)": filed_by("learned", TemplateLearner()),
+        BY_SITE: filed_by("learned", TemplateLearner()),
+        BY_TEXT: filed_by("learned-text", TemplateLearner()),
         "declared (its own templates)": filed_by(
             "declared", False, templates=declared_templates(calls)
         ),
@@ -625,7 +662,11 @@ def main(argv: list[str] | None = None) -> int:
     figures = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, make in paths(calls, Path(tmp), embedder, args.threshold).items():
-            figures.append(replay_path(name, calls, make, min_site_calls=args.min_site_calls))
+            figures.append(
+                replay_path(
+                    name, calls, make, min_site_calls=args.min_site_calls, sites=name == BY_SITE
+                )
+            )
     print(markdown_table(HEADER, [f.row() for f in figures]))
     print(
         "\nshare of each code site's calls filed (under any template), and under its most "

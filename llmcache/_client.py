@@ -28,6 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
+import openai
 from openai.types.chat import ChatCompletion
 
 from ._cache import SemanticCache
@@ -54,6 +55,7 @@ from ._shapes import (
     responses_bypass_reason,
     responses_prompt,
 )
+from ._site import carried_by
 from ._stream import (
     Assembler,
     AsyncReplayStream,
@@ -278,7 +280,8 @@ class _Base:
         options, reason = recognised_options(self.templates, prompt, self.default_agent)
         if options is None and self.learner is not None and not isinstance(prompt, str):
             # Declared templates first; what they do not recognise is learned from.
-            options = self.learner.options(*prompt, self.default_agent)
+            with carried_by(self):  # a subclass's method is not the call's code site
+                options = self.learner.options(*prompt, self.default_agent)
             if options is None:
                 self.cache.ledger.add(UNTABLED_KEY, {"learning": 1})
                 return None
@@ -288,6 +291,20 @@ class _Base:
             logger.debug("not cached: %s", reason)
             self.cache.ledger.add(UNTABLED_KEY, {"unrecognised": 1})
         return options
+
+    def _heard(self, kwargs: Mapping[str, Any], completion: Any) -> None:
+        """Tell the learner a chat call's answer (``TemplateLearner.heard``): a later prompt
+        that quotes it holds it as a value. Calls the learner may see only (one user message
+        after at most one system message), non-streamed; anything else is skipped."""
+        if self.learner is None or _streams(dict(kwargs)):
+            return
+        prompt = chat_prompt(kwargs)
+        choices = getattr(completion, "choices", None)
+        if isinstance(prompt, str) or not choices:
+            return
+        text = getattr(getattr(choices[0], "message", None), "content", None)
+        if isinstance(text, str):
+            self.learner.heard(text, *prompt)
 
     def peek_prompt(self, prompt: Prompt) -> tuple[CacheOptions | None, str | None]:
         """The options a call without ``cache=`` would be filed under, learning and counting
@@ -568,11 +585,14 @@ class _Completions(_CompletionsBase):
         ``stream=True`` a stream of chunks (a hit replayed, a miss passed through)."""
         options = self._options(kwargs)
         if options is None:
-            return self._wrapped.create(**kwargs)
-        if _streams(kwargs):
+            completion = self._wrapped.create(**kwargs)
+        elif _streams(kwargs):
             create = self._wrapped.create
             return _stream(self._owner, create, kwargs, options, CHAT, self._replay(kwargs))
-        return self._run(kwargs, options, "create")[0]
+        else:
+            completion = self._run(kwargs, options, "create")[0]
+        self._owner._heard(kwargs, completion)
+        return completion
 
     def create_with_info(self, **kwargs: Any) -> tuple[ChatCompletion, CallInfo]:
         """Like ``create``, and also report how the answer was made."""
@@ -634,6 +654,20 @@ class CachedRawResponse:
         return self._completion
 
 
+def _hear_raw(owner: _Base, kwargs: dict[str, Any], response: Any) -> None:
+    """Tell the learner the answer of a raw response passed through (openai parses it once and
+    keeps what it parsed, so the caller's ``parse()`` reads the same object). One that does not
+    parse is left for the caller's ``parse()`` to report."""
+    if _streams(kwargs) or not callable(getattr(response, "parse", None)):
+        return
+    try:
+        completion = response.parse()
+    except (openai.OpenAIError, ValueError, TypeError) as exc:
+        logger.debug("a raw response's answer was not read for the learner: %s", exc)
+        return
+    owner._heard(kwargs, completion)
+
+
 class _RawCompletions:
     """``chat.completions.with_raw_response``: a call the cache answers returns a
     :class:`CachedRawResponse`; any other goes to the wrapped client's own raw resource."""
@@ -646,8 +680,14 @@ class _RawCompletions:
         options = completions._options(kwargs)
         if options is None or _streams(kwargs):
             raw = completions._wrapped.with_raw_response
-            return getattr(raw, method)(**kwargs)
-        return CachedRawResponse(*completions._run(kwargs, options, method))
+            response = getattr(raw, method)(**kwargs)
+            if method == "create" and completions._owner.learner is not None:
+                _hear_raw(completions._owner, kwargs, response)
+            return response
+        completion, info = completions._run(kwargs, options, method)
+        if method == "create":
+            completions._owner._heard(kwargs, completion)
+        return CachedRawResponse(completion, info)
 
     def create(self, **kwargs: Any) -> Any:
         return self._call("create", kwargs)
@@ -780,12 +820,14 @@ class _AsyncCompletions(_CompletionsBase):
     async def create(self, **kwargs: Any) -> Any:
         options = self._options(kwargs)
         if options is None:
-            return await self._wrapped.create(**kwargs)
-        if _streams(kwargs):
+            completion = await self._wrapped.create(**kwargs)
+        elif _streams(kwargs):
             create = self._wrapped.create
             replay = self._replay(kwargs)
             return await _stream_async(self._owner, create, kwargs, options, CHAT, replay)
-        completion, _ = await self._run(kwargs, options, "create")
+        else:
+            completion, _ = await self._run(kwargs, options, "create")
+        self._owner._heard(kwargs, completion)
         return completion
 
     async def create_with_info(self, **kwargs: Any) -> tuple[ChatCompletion, CallInfo]:
@@ -835,8 +877,14 @@ class _AsyncRawCompletions:
         options = completions._options(kwargs)
         if options is None or _streams(kwargs):
             raw = completions._wrapped.with_raw_response
-            return await getattr(raw, method)(**kwargs)
-        return CachedRawResponse(*await completions._run(kwargs, options, method))
+            response = await getattr(raw, method)(**kwargs)
+            if method == "create" and completions._owner.learner is not None:
+                _hear_raw(completions._owner, kwargs, response)
+            return response
+        completion, info = await completions._run(kwargs, options, method)
+        if method == "create":
+            completions._owner._heard(kwargs, completion)
+        return CachedRawResponse(completion, info)
 
     async def create(self, **kwargs: Any) -> Any:
         return await self._call("create", kwargs)

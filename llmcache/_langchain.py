@@ -30,7 +30,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.messages import AIMessage
@@ -47,6 +47,7 @@ from ._errors import ConfigurationError
 from ._ledger import UNTABLED_KEY, CacheStats
 from ._protocols import CacheBackend, Embedder
 from ._recognise import TemplateSet
+from ._site import carried_by
 from ._types import CacheOptions, CallInfo, Mode
 
 __all__ = ["LLMCache", "PromptFiler"]
@@ -68,6 +69,14 @@ class PromptFiler(Protocol):
     def options(
         self, prompt: str, system: str | None = None, default_agent: str = ""
     ) -> CacheOptions | None: ...
+
+
+@runtime_checkable
+class _Hears(Protocol):
+    """A filer that is told the model's answers (``TemplateLearner.heard``): a later prompt
+    that quotes one holds it as a value."""
+
+    def heard(self, answer: str, prompt: str, system: str | None = None) -> None: ...
 
 
 def _text_of(content: Any) -> str:
@@ -292,7 +301,8 @@ class LLMCache(BaseCache):
             if options is not None:
                 return options, messages
         if self.learner is not None:
-            return self.learner.options(user, system, self.default_agent), messages
+            with carried_by(self):  # a subclass's lookup is not the call's code site
+                return self.learner.options(user, system, self.default_agent), messages
         return None, messages
 
     def _start(
@@ -324,6 +334,7 @@ class LLMCache(BaseCache):
         self.last_info = started.info if started is not None else None
         if started is not None and started.served is not None:
             text = started.served.choices[0].message.content or ""
+            self._heard(prompt, text)  # served, it is what the framework quotes next
             if chat:
                 return [ChatGeneration(message=AIMessage(content=text))]
             return [Generation(text=text)]
@@ -332,17 +343,26 @@ class LLMCache(BaseCache):
 
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         found, started = self._take((prompt, llm_string))
+        text = _storable(return_val)
+        if text is not None:
+            self._heard(prompt, text)
         if not found:
             # Given an answer it did not look up (a cache being filled): stored as collected.
             started, _ = self._start(prompt, llm_string, collect=True)
         if started is None:
             return
-        text = _storable(return_val)
         if text is None:
             self.last_info = started.finish(None, complete=False)
             return
         answer = _answer(str(started.request.get("model", "")), text, _usage_of(return_val[0]))
         self.last_info = started.finish(answer, complete=True)
+
+    def _heard(self, prompt: str, answer: str) -> None:
+        """Tell the learner the model's answer to ``prompt``, filed or passed through."""
+        if isinstance(self.learner, _Hears):
+            messages = messages_of(prompt) or [{"role": "user", "content": prompt}]
+            said = "\n".join(_text_of(m.get("content")) for m in messages)
+            self.learner.heard(answer, said)
 
     def clear(self, **kwargs: Any) -> None:
         """Remove every entry of the cache's tables (its counters stay)."""

@@ -39,7 +39,22 @@ its own. So this module aligns with gaps instead:
   lines share what is compared and make one template (each persona line a slot, which
   partitions the table: below), while one agent's prompts of two templates share little; and
   a labelled line whose value is free text (``RUN_WORDS`` words and marks or more) is one slot
-  from its label to the line's end, whatever words two values happen to share;
+  from its label to the line's end, whatever words two values happen to share, and text one
+  such value holds where the other holds none is a value too (one observation more);
+- **a list is one value** (``_listed``): the item lines after a line that ends with a colon
+  ("Context from memory:\n- ...\n- ..."), and a labelled line's items joined by semicolons
+  ("Most recent observations: a; b; c"), are read as one token that aligns with nothing, so
+  a list retrieved anew for each call (reordered, one item more) is a slot from the first join;
+- **a model's answer a prompt quotes is one value** (``heard``): the caches tell the learner
+  each answer, and a later prompt that quotes a recent long one whole (an agent's summary in
+  every reaction prompt, an entity named in the next question) holds it as one token that
+  aligns with nothing: a summary made anew is a new value, not another template's text;
+- **each code site is learned apart** (``llmcache/_site.py``): only prompts from the code that
+  made a template's prompts join it (read from the stack: for LangChain's generative agents,
+  the framework's function), because two templates a chain calls one after the other share
+  their values (an entity question, then an action question about the same observation) and,
+  as text, the shared value looks fixed and the questions like values. Through the proxy,
+  which sees no stack, every call is one site and the text alone tells templates apart;
 - a template is learned with confidence once ``CONFIDENT_CALLS`` prompts in a row joined it
   without changing it. Only then are its calls filed; until then they pass through, counted.
   A confident template is frozen: its text and slots do not change, so its tables stay; a
@@ -77,7 +92,13 @@ The price: a template whose persona is not in labelled lines is learned per agen
 status line and day where the prompt carries them); a slot that quotes one long text for many
 calls keeps its template from being learned until the text has changed often enough; and a
 template whose slots begin alike in prompts that differ further on (one task asked with other
-options) is not learned (``benchmarks/bench_learn_town.py``). The learner cannot know which
+options) is not learned (``benchmarks/bench_learn_town.py``). Two templates alike but for
+their lists, or for text inside a long labelled value, are learned as one, the list or value
+a slot (a list of instructions after "Rules:"); that slot's few values, each recurring, then
+say which call it is and match exactly, so the two never share an answer (the slot roles
+below), though they share a table. A model's answer the prompt quotes changed (cut, or
+parsed: "REACT: <reaction>" told as "reacted by <reaction>") is not known as one, nor is a
+short one (a name). The learner cannot know which
 slots the answer does not depend on (a status line, a clock): each is a slot, exact or
 embedded as its values say, where declared templates name the keywords. So the cut of learned
 templates can fall far below declared ones (``benchmarks/bench_learn_replay.py``): export them
@@ -90,7 +111,9 @@ never evicts a template in use), each holding only its fixed text (prompts over
 ``max_prompt_chars`` pass through): at most ``(max_templates + max_learning) *
 max_prompt_chars`` characters of text; a template being learned also keeps the first
 ``RUN_WORDS`` words and marks of its recent prompts' long slot values (at most
-``RECENT_VALUES * confident_calls`` prompts'). ``benchmarks/bench_learn.py`` measures it.
+``RECENT_VALUES * confident_calls`` prompts'), and the learner the model's latest
+``RECENT_ANSWERS`` long answers (each at most ``max_prompt_chars``). ``benchmarks/bench_learn.py``
+measures it.
 
 A learned template can be exported as prompt files (:meth:`TemplateLearner.export`) that
 ``TemplateSet.from_folder`` reads: pinned, they keep the same tables (a template's tables are
@@ -116,6 +139,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ._errors import ConfigurationError
 from ._learned_file import SavedTemplate, read_learned, write_learned
+from ._site import current_site
 from ._slots import looks_dated
 from ._template import COMMENT_MARKER, PromptTemplate
 from ._types import CacheOptions, EmbedMode
@@ -132,6 +156,8 @@ _NAMED = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _POSITIONAL = re.compile(r"!<INPUT (\d+)>!")
 # Between a system text and the user text: never inside a prompt (a NUL character).
 _SEP = "\x00"
+# The marks that begin a list's items ("- ", "* ", "\u2022 "; numbered items are "#").
+_BULLETS = frozenset({"-", "*", "\u2022"})
 
 #: Non-space tokens of a template's beginning (and end) it is found by.
 SIGNATURE_TOKENS = 2
@@ -167,10 +193,16 @@ VALUE_BREAK = 3
 #: in calls a template needs to be learned: prompts of several templates joined into one may
 #: come a few of each, far apart.
 RECENT_VALUES = 4
+#: A labelled line's value of at least this many items joined by semicolons is a list, read
+#: as one value (``_listed``).
+LIST_ITEMS = 3
 #: A line that begins with at most this many words and a colon is a labelled line
 #: ("Currently: ...", "Options (JSON list): [...]"): its value is a value, not an instruction
 #: (``_label``, ``_line_values``).
 LABEL_WORDS = 4
+#: A model's answers the learner keeps (``TemplateLearner.heard``), the latest: a prompt that
+#: quotes one holds it as a value.
+RECENT_ANSWERS = 64
 #: How much of a template's fixed text the stats show.
 SHOWN_CHARS = 80
 
@@ -187,6 +219,9 @@ class LearnedTemplate(BaseModel):
     system: str | None = None
     slots: tuple[str, ...]
     calls: int
+    #: The code site it was learned at (``module:function:line``, or the name ``code_site``
+    #: gave it; ``None``: a stack with no frame outside the packages that carry calls).
+    site: str | None = None
 
     def shown(self, chars: int = SHOWN_CHARS) -> str:
         """The fixed text on one line, shortened to ``chars``."""
@@ -198,9 +233,116 @@ _GAP = object()
 _Element = object  # a token (str) or _GAP
 
 
+class _Whole(str):
+    """A span read as one token that equals no other: a value, never fixed text. A list
+    (``_listed``), or a model's answer the prompt quotes (``TemplateLearner.heard``).
+
+    An agent's prompt lists memories, observations or statements after a line that ends
+    with a colon ("Context from memory:\n- [April 01, 07:50 AM] Tommie is hungry\n- ...");
+    the next call lists them again, reordered, one added, one gone. Aligned word by word, two
+    such lists share most items, so the shared ones would read as fixed text and an item
+    one list holds and the other lacks as another template's text (``RUN_WORDS``), and the
+    template is never learned (LangChain's ``summarize_related_memories``). Read as one
+    token, a list aligns with nothing and is a slot from the first join. So does a model's
+    answer that a later prompt quotes (an agent's summary, an entity named three lines long),
+    whose words two answers share in long runs ("The observed entity in the given observation
+    is ...") as another template's text would be.
+
+    It compares equal only to itself, hashes by its text (so a list that comes back whole
+    is seen as the same value), and holds no line break as a token does (``_breaks``)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    __hash__ = str.__hash__
+
+
 def _tokens(prompt: str, system: str | None) -> list[str]:
     tokens = [*_TOKEN.findall(system), _SEP] if system is not None else []
-    return tokens + _TOKEN.findall(prompt)
+    return _listed(tokens + _TOKEN.findall(prompt))
+
+
+def _quoting(text: str, answers: Sequence[str]) -> list[str] | None:
+    """A prompt's text (``_Prompt.text``) as tokens, each of ``answers`` it quotes one
+    ``_Whole`` token (the first of two that overlap); ``None`` when it quotes none."""
+    spans: list[tuple[int, int]] = []
+    for answer in answers:
+        at = text.find(answer)
+        while at >= 0:
+            spans.append((at, at + len(answer)))
+            at = text.find(answer, at + len(answer))
+    if not spans:
+        return None
+    tokens: list[str] = []
+    done = 0
+    for start, end in sorted(spans):
+        if start < done:
+            continue
+        tokens.extend(_TOKEN.findall(text[done:start]))
+        tokens.append(_Whole(text[start:end]))
+        done = end
+    return _listed(tokens + _TOKEN.findall(text[done:]))
+
+
+def _item(line: list[str]) -> str | None:
+    """A list item's mark ("-", "*", "\u2022", or "#" for "1. " and "1) "), or ``None``."""
+    at = next((k for k, t in enumerate(line) if not t.isspace()), len(line))
+    rest = [*line[at:], "", "", ""]
+    if rest[0] in _BULLETS and rest[1].isspace():
+        return rest[0]
+    if rest[0].isdigit() and rest[1] in (".", ")") and rest[2].isspace():
+        return "#"
+    return None
+
+
+def _listed(tokens: list[str]) -> list[str]:
+    """``tokens`` with each list made one ``_Whole`` token:
+
+    - the item lines after a line that ends with a colon, each beginning with one mark
+      ("- ", "* ", "1. "), from the first item to the end of the last (the line break after
+      it stays a token);
+    - a labelled line's value of items joined by semicolons ("Most recent observations: <the
+      newest>; <the one before>; ..."): ``LIST_ITEMS`` or more, ``RUN_WORDS`` words and marks
+      or more in all, from its label to the line's end."""
+    lines: list[tuple[int, int]] = []  # each line's tokens: [start, end), its break excluded
+    start = 0
+    for k, t in enumerate(tokens):
+        if "\n" in t or t == _SEP:
+            lines.append((start, k))
+            start = k + 1
+    lines.append((start, len(tokens)))
+    spans: list[tuple[int, int]] = []
+    k = 0
+    while k < len(lines):
+        line = tokens[slice(*lines[k])]
+        before = [t for t in tokens[slice(*lines[k - 1])] if not t.isspace()] if k else []
+        mark = _item(line)
+        if before and before[-1] == ":" and mark is not None:
+            last = k
+            while last + 1 < len(lines) and _item(tokens[slice(*lines[last + 1])]) == mark:
+                last += 1
+            spans.append((lines[k][0], lines[last][1]))
+            k = last + 1
+            continue
+        at = _label(line)
+        if at is not None and line[at:].count(";") >= LIST_ITEMS - 1:
+            marks = [t for t in line[at:] if not t.isspace()]
+            if len(marks) >= RUN_WORDS:
+                spans.append((lines[k][0] + at, lines[k][1]))
+        k += 1
+    out: list[str] = []
+    done = 0  # tokens[:done] are in out
+    for first, end in spans:
+        out.extend(tokens[done:first])
+        out.append(_Whole("".join(tokens[first:end])))
+        done = end
+    out.extend(tokens[done:])
+    return out
 
 
 def _words(elements: Sequence[_Element]) -> int:
@@ -372,8 +514,9 @@ def _rest_of_line(*spans: list[_Element] | list[str]) -> bool:
 
 
 def _breaks(e: _Element) -> bool:
-    """Whether an element ends a line (the system text ends one too)."""
-    return isinstance(e, str) and ("\n" in e or e == _SEP)
+    """Whether an element ends a line (the system text ends one too; a list read as one
+    token does not, though it holds several)."""
+    return isinstance(e, str) and not isinstance(e, _Whole) and ("\n" in e or e == _SEP)
 
 
 def _one_line(span: list[_Element] | list[str]) -> bool:
@@ -472,11 +615,17 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
             )
             merged.append(_GAP)
             given_up, held = _marks(span), _marks(theirs)
-            if (_none(theirs) or _none(span)) and not whole:
+            if (
+                (_none(theirs) or _none(span))
+                and not whole
+                and not (line and _free(template, at_t) and _free(tokens, at_p))
+            ):
                 # Text one holds where the other holds none: optional text, or another
                 # template's (a reaction's extra field, where a location prompt has none).
                 # Not a labelled line's whole value that one left empty ("Daily plan
-                # requirement: " of an agent without a plan): a value, however long.
+                # requirement: " of an agent without a plan), nor text inside a labelled
+                # value that is free text in both ("Most recent observations: <the newest>;
+                # <the older ones>", one observation more in the next call): a value.
                 inserted = max(inserted, len(given_up), len(held))
             at_line = start == len(merged) - 1
             labels = labels or _labels(span, at_line) != _labels(theirs, at_line)
@@ -518,6 +667,21 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
     # Two templates' slots may meet: one slot.
     elements = [e for k, e in enumerate(merged) if e is not _GAP or merged[k - 1] is not _GAP]
     return _Merged(elements, _bag(elements).total(), lost, values, inserted, labels)
+
+
+def _free(elements: Sequence[_Element], at: int) -> bool:
+    """Whether the labelled line around ``elements[at]`` holds a value of free text:
+    ``RUN_WORDS`` or more words and marks after its label (a slot counts as one). A short
+    value ("Answer in JSON format: {choice}") is the template's, and text one adds to it is
+    another template's field."""
+    start = _line_start(elements, at)
+    end = start + _line_end(elements[start:])
+    line = elements[start:end]
+    label = _label(line) if line else None
+    value = line[label or 0 :]
+    return sum(1 for e in value if e is _GAP or (isinstance(e, str) and not e.isspace())) >= (
+        RUN_WORDS
+    )
 
 
 def _labels(span: list[_Element] | list[str], at_line: bool) -> set[tuple[str, ...]]:
@@ -694,6 +858,13 @@ class _Prompt:
     def bag(self) -> Counter[str]:
         return _bag(self.tokens)
 
+    def quoting(self, answers: Sequence[str]) -> _Prompt:
+        """This prompt with each of ``answers`` it quotes read as one value (``_Whole``)."""
+        tokens = _quoting(self.text, answers) if answers else None
+        if tokens is None:
+            return self
+        return _Prompt(tokens, self.text, self.system, self.heads, self.tails)
+
 
 @dataclass
 class _Template:
@@ -704,6 +875,9 @@ class _Template:
     stable: int = 0
     frozen: _Frozen | None = None
     keys: tuple[tuple[str, ...] | None, tuple[str, ...] | None] = (None, None)
+    #: The code site its prompts came from (``llmcache/_site.py``): only that site's prompts
+    #: join it, and it supersedes only that site's templates.
+    site: str | None = None
     #: The long slot values of the prompts that joined it unchanged, latest last (at most
     #: ``RECENT_VALUES * confident_calls`` prompts'): what ``_recurs`` compares a new
     #: prompt's with. A generalised template keeps them: a value begins where it did.
@@ -791,6 +965,8 @@ class TemplateLearner:
         self._tails: dict[tuple[str, ...], set[int]] = {}
         self._others: set[int] = set()
         self._seeds: deque[int] = deque(maxlen=RECENT_SEEDS)
+        # The model's recent long answers (``heard``): quoted by a prompt, a value.
+        self._answers: deque[str] = deque(maxlen=RECENT_ANSWERS)
         self._next = 0
         #: Calls passed through while their template was being learned (or fitting none).
         self.passed = 0
@@ -826,10 +1002,28 @@ class TemplateLearner:
         """The options of a prompt that fits a learned template, learning nothing."""
         return self._file(prompt, system, default_agent, learn=False)
 
+    def heard(self, answer: str, prompt: str, system: str | None = None) -> None:
+        """The model's ``answer`` to ``prompt`` (and ``system``): a later prompt that quotes it
+        whole holds it as a value, never as a template's fixed text (an agent's summary, made
+        anew now and then, quoted by every prompt after it). Kept when it has ``RUN_WORDS``
+        words and marks or more (a shorter one, a name, is found by alignment) and its own
+        prompt does not hold it (an answer that echoes its prompt is that prompt's text); the
+        latest ``RECENT_ANSWERS``. The caches that learn call this with every answer."""
+        text = answer.strip()
+        if len(text) > self.max_prompt_chars or text in prompt or text in (system or ""):
+            return
+        if sum(1 for t in _TOKEN.findall(text) if not t.isspace()) < RUN_WORDS:
+            return
+        with self._lock:
+            if text not in self._answers:
+                self._answers.append(text)
+
     def templates(self) -> list[LearnedTemplate]:
         """The templates learned with confidence, most recently used first."""
         with self._lock:
-            frozen = [t.frozen for t in reversed(self._frozen.values()) if t.frozen is not None]
+            frozen = [
+                (t.frozen, t.site) for t in reversed(self._frozen.values()) if t.frozen is not None
+            ]
             return [
                 LearnedTemplate(
                     name=f.template.name,
@@ -838,8 +1032,9 @@ class TemplateLearner:
                     system=f.template.system,
                     slots=f.names,
                     calls=f.filed,
+                    site=site,
                 )
-                for f in frozen
+                for f, site in frozen
             ]
 
     def held(self) -> int:
@@ -883,7 +1078,9 @@ class TemplateLearner:
                 continue
             digests.add(frozen.template.digest)
             frozen.filed = entry.filed
-            template = _Template(elements, _bag(elements), calls=entry.filed, frozen=frozen)
+            template = _Template(
+                elements, _bag(elements), calls=entry.filed, frozen=frozen, site=entry.site
+            )
             key = self._next
             self._next += 1
             self._frozen[key] = template
@@ -895,7 +1092,7 @@ class TemplateLearner:
         if self.path is None:
             return
         saved = [
-            SavedTemplate(tokens=list(_saved_tokens(t.elements)), filed=t.frozen.filed)
+            SavedTemplate(tokens=list(_saved_tokens(t.elements)), filed=t.frozen.filed, site=t.site)
             for t in self._frozen.values()
             if t.frozen is not None
         ]
@@ -911,15 +1108,19 @@ class TemplateLearner:
                 self.passed += learn
             return None
         read = _Prompt.of(prompt, system)
+        # Read outside the lock; only learning needs it (filing fits any site's templates).
+        site = current_site() if learn else None
         with self._lock:
             fitting = self._fitting(read.heads, read.tails)
             found = self._fit(fitting, read)
             if found is None and learn:
+                # Learning only: a filed prompt is parsed from its text, whatever it quotes.
+                read = read.quoting(self._answers)
                 found = self._widen(fitting, read)
             if found is None:
                 if learn:
                     self.passed += 1
-                    self._learn(self._candidates(read.heads, read.tails), read)
+                    self._learn(self._candidates(read.heads, read.tails), read, site)
                 return None
             if isinstance(found, bool):
                 self.ambiguous += learn
@@ -1028,11 +1229,11 @@ class TemplateLearner:
 
     # -- learning ------------------------------------------------------------------------------
 
-    def _learn(self, candidates: list[int], read: _Prompt) -> None:
+    def _learn(self, candidates: list[int], read: _Prompt, site: str | None) -> None:
         tokens, bag = read.tokens, read.bag
-        joined = self._align(candidates, read)
+        joined = self._align(candidates, read, site)
         if not joined:
-            self._seeds.append(self._add(_Template(list(tokens), bag)))
+            self._seeds.append(self._add(_Template(list(tokens), bag, site=site)))
             return
         key, merged = max(joined, key=lambda j: j[1].kept)
         template = self._learning[key]
@@ -1046,7 +1247,7 @@ class TemplateLearner:
                 self._learning.pop(key)
                 self._unindex(key, template)
                 self.refused += 1
-                self._seeds.append(self._add(_Template(list(tokens), bag)))
+                self._seeds.append(self._add(_Template(list(tokens), bag, site=site)))
                 return
             template.stable += 1
             template.recent.append(tuple(_value(v) for v in merged.values if len(v) >= RUN_WORDS))
@@ -1063,8 +1264,11 @@ class TemplateLearner:
         ):
             self._freeze(key, template)
 
-    def _align(self, candidates: list[int], read: _Prompt) -> list[tuple[int, _Merged]]:
-        """The templates being learned that this prompt may join, each with their merge."""
+    def _align(
+        self, candidates: list[int], read: _Prompt, site: str | None
+    ) -> list[tuple[int, _Merged]]:
+        """The templates being learned that this prompt may join (its code site's), each with
+        their merge."""
         tokens, bag, heads, tails = read.tokens, read.bag, read.heads, read.tails
         words = bag.total()
         # The words a prompt and a template both hold bound what an alignment can keep: most
@@ -1073,7 +1277,7 @@ class TemplateLearner:
         hopeful: list[tuple[int, int, int]] = []
         for key in dict.fromkeys([*candidates, *reversed(self._seeds)]):
             template = self._learning.get(key)
-            if template is None:
+            if template is None or template.site != site:
                 continue
             fixed = template.bag.total()
             # A template without a slot has seen one prompt (perhaps again and again): its
@@ -1159,7 +1363,11 @@ class TemplateLearner:
             if sig is not None:
                 near.update(index.get(sig, ()))
         # The few that share most words with it (a bounded cost, as in _learn).
-        frozen = [(self._frozen[k], k) for k in near if k in self._frozen]
+        frozen = [
+            (self._frozen[k], k)
+            for k in near
+            if k in self._frozen and self._frozen[k].site == template.site
+        ]
         overlap = [(_shared(template.bag, old.bag), other, old) for old, other in frozen]
         overlap.sort(key=lambda o: (-o[0], o[1]))
         for _, other, old in overlap[:MAX_ALIGNED]:

@@ -38,6 +38,9 @@ class SavedTemplate(BaseModel):
 
     tokens: list[str | None]
     filed: int = 0
+    #: The code site it was learned at (``llmcache/_site.py``); ``None`` in files written
+    #: before sites were kept.
+    site: str | None = None
 
 
 class _LearnedFile(BaseModel):

@@ -175,7 +175,20 @@ def test_path_a_set_llm_cache_files_the_framework_under_learned_templates(tmp_pa
     # The importance site alone made more than the learner needs to be confident.
     importance = [c for c in calls if c.site.startswith("_score_memory_importance")]
     assert len(importance) >= 20 and {c.agent for c in importance} == {"Tommie", "Eve"}
+    # Each template was learned at the framework function that built its prompts, read from
+    # the stack (llmcache/_site.py): the sites the benchmark's replay names its calls by.
+    _learned_at_the_framework_functions(cache.learner, calls)
     cache.close()
+
+
+def _learned_at_the_framework_functions(learner: Any, calls: list[Any]) -> None:
+    learned = learner.templates()
+    assert learned
+    functions = {c.site.split("#")[0] for c in calls}
+    for template in learned:
+        module, function, line = template.site.split(":")
+        assert module.startswith("langchain_experimental.generative_agents."), template.site
+        assert function.rsplit(".", 1)[-1] in functions and int(line) > 0
 
 
 def test_the_benchmarks_replay_measures_the_learned_path(tmp_path: Path) -> None:
@@ -189,7 +202,8 @@ def test_the_benchmarks_replay_measures_the_learned_path(tmp_path: Path) -> None
         call.llm_string = model._get_llm_string()
         call.usage = {"input_tokens": 100, "output_tokens": 5}
     makers = bench.paths(sites.calls, tmp_path, HashEmbedder(), 0.9)
-    learned = bench.replay_path("learned", sites.calls, makers["learned (TemplateLearner)"])
+    learned = bench.replay_path("learned", sites.calls, makers[bench.BY_SITE], sites=True)
+    by_text = bench.replay_path("learned, text", sites.calls, makers[bench.BY_TEXT])
     declared = bench.replay_path("declared", sites.calls, makers["declared (its own templates)"])
     assert learned.calls == declared.calls == len(sites.calls)
     assert learned.impure_tables == 0 and learned.crossings == 0
@@ -197,6 +211,7 @@ def test_the_benchmarks_replay_measures_the_learned_path(tmp_path: Path) -> None
     assert declared.filed == declared.calls  # every prompt is one of its templates
     assert learned.hits > 0 and 0 < learned.cut < 1
     assert learned.wrong == 0  # the double answers each prompt kind alike
+    assert by_text.impure_tables == 0 and by_text.crossings == 0 and by_text.wrong == 0
 
 
 @pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "raw response"])
@@ -228,6 +243,8 @@ def test_path_b_chatopenai_through_cachedllm_learning_templates(
     stats = cached.cache.stats()
     assert stats.total.hits > 0
     assert len(fake.calls) == len(sites.calls) - stats.total.hits
+    assert cached.learner is not None
+    _learned_at_the_framework_functions(cached.learner, sites.calls)
     cached.close()
 
 

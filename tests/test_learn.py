@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from llmcache import AsyncCachedLLM, CacheConfig, CachedLLM, SemanticCache
 from llmcache._learn import CONFIDENT_CALLS
 from llmcache._slots import SlotBook, exact_differs
 from llmcache.replay import ReplayCall, replay
-from llmcache.templates import TemplateLearner, TemplateSet
+from llmcache.templates import TemplateLearner, TemplateSet, code_site
 from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, HashEmbedder
 
 # Fixed text and slot values share a few common words, as prose does.
@@ -27,6 +29,15 @@ COMMON = ["the", "a", "of", "and", "is", "to", "in"]
 FIXED = [f"word{i}" for i in range(400)] + ["Rate", "memory", "Answer", "JSON", "scale"]
 VALUES = [f"value{i}" for i in range(600)]
 SEPARATORS = [" ", "\n", ": ", ".\n", ". "]
+
+
+@pytest.fixture(autouse=True)
+def _one_site() -> Iterator[None]:
+    """Each test's calls come from one code site, as one program's calls of one template do:
+    a test sends them from several lines, which would read as several sites (tests of sites
+    name theirs)."""
+    with code_site("test"):
+        yield
 
 
 def _template(rng: random.Random) -> tuple[list[str], list[str]]:
@@ -768,3 +779,152 @@ def test_agents_with_and_without_a_plan_and_a_told_conversation_make_one_templat
     assert "Daily plan requirement: {slot_3}\n" in learned.text
     assert "\n\nConversation:\n{slot_6}\n\nRate" in learned.text
     assert filed >= 0.95 * 80 and learner.widened == 0
+
+
+def _memory_list(rng: random.Random, pool: list[str], k: int) -> str:
+    return "\n".join(f"- [April 01, {rng.randint(7, 11)}:{rng.choice(['00', '30'])} AM] {m}"
+                     for m in rng.sample(pool, k))  # fmt: skip
+
+
+def test_a_list_after_a_colon_reordered_and_grown_call_by_call_is_one_slot() -> None:
+    """An agent's memories listed after "Context from memory:", retrieved anew for each call
+    (reordered, one more, one gone): most items are in both of two calls, so word by word the
+    shared ones would read as fixed text and the rest as another template's, and the template
+    would never be learned. Read as one value, the list is one slot."""
+    rng = random.Random(11)
+    pool = [" ".join(rng.choice(VALUES) for _ in range(rng.randint(4, 9))) for _ in range(60)]
+    prompts = [
+        f"\nWhat is the relationship between {agent} and {rng.choice(['Eve', 'a dog', 'Sam'])}?"
+        f"\nContext from memory:\n{_memory_list(rng, pool, 5 + i // 10)}\nRelevant context: "
+        for i, agent in enumerate(rng.choice(["Tommie", "Eve"]) for _ in range(120))
+    ]
+    learner, filed = _filed_after(prompts, warm=20)
+    assert filed >= 95, filed  # of the 100 after the first 20
+    (learned,) = learner.templates()
+    assert re.search(r"Context from memory:\n\{slot_\d\}\nRelevant context:", learned.text)
+
+
+def _latest_first(seed: int, keep: int) -> list[list[str]]:
+    """100 calls' lists of recent events, newest first: each call one more at the front, the
+    oldest gone past ``keep``. An event (an observation and the reaction to it) is as long
+    as an instruction (``RUN_WORDS``)."""
+    rng = random.Random(seed)
+    seen: list[str] = []
+    lists = []
+    for _ in range(100):
+        seen = [" ".join(rng.choice(VALUES) for _ in range(rng.randint(16, 24))), *seen][:keep]
+        lists.append(seen)
+    return lists
+
+
+def test_a_labelled_line_of_items_joined_by_semicolons_is_one_slot() -> None:
+    """ "Most recent observations: <the newest>; <the one before>; ...": one slot from its
+    label to the line's end."""
+    prompts = [
+        f"Name: Tommie\nMost recent observations: {'; '.join(seen)}\n"
+        f"Observation: {seen[0]}\n\nShould Tommie react to the observation?"
+        for seen in _latest_first(12, keep=8)
+    ]
+    # Learned from its first ten calls or so (2 to make it, 8 to be sure of it): as free
+    # text alone (``_free``), the line kept the older items as fixed text until they were
+    # gone, and was learned six calls later.
+    learner, filed = _filed_after(prompts, warm=0)
+    assert filed >= 85, filed  # of 100
+    assert any("observations: {slot_1}\n" in t.text for t in learner.templates())
+
+
+def test_text_one_call_adds_inside_a_labelled_value_of_free_text_is_a_value() -> None:
+    """A labelled line whose value is free text in both calls ("Recent events: <the newest>.
+    <the ones before>."), one call holding a sentence the other lacks: a value, where in a
+    short value ("Answer in JSON format: {choice}") it would be another template's field."""
+    prompts = [
+        f"Name: Tommie\nRecent events: {'. '.join(seen)}.\n"
+        f"Should Tommie react to the latest event? Answer yes or no."
+        for seen in _latest_first(13, keep=5)
+    ]
+    _, filed = _filed_after(prompts, warm=20)
+    assert filed >= 75, filed  # of the 80 after the first 20
+
+
+def _reactions(seed: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """100 reaction prompts that quote the agent's summary, outside any label, and the
+    summaries with the prompts that asked for them: a model's answer of 16 to 24 words, made
+    anew every 5 reactions (an hour of the agent's day)."""
+    rng = random.Random(seed)
+    prompts: list[str] = []
+    asked: list[tuple[str, str]] = []
+    for i in range(100):
+        if i % 5 == 0:
+            summary = " ".join(rng.choice(VALUES) for _ in range(rng.randint(16, 24))) + "."
+            asked.append((summary, f"Summarize Tommie's day: {rng.choice(VALUES)}.\nSummary:"))
+        event = " ".join(rng.choice(VALUES) for _ in range(rng.randint(4, 9)))
+        prompts.append(
+            f"Name: Tommie\n{summary}\nIt is {8 + i // 6}:{i % 6}0 AM.\n"
+            f"Observation: {event}\n\nShould Tommie react to the observation? Answer in a line."
+        )
+    return prompts, asked
+
+
+def test_a_model_answer_the_next_prompts_quote_is_a_value_once_the_learner_heard_it() -> None:
+    """The agent's summary, an answer of the model, quoted by every reaction prompt after it
+    and made anew every five: as text, fixed for five prompts, then 16 words and more given up
+    to a slot (another template's text, by the rules), so learning starts again and never
+    reaches eight prompts in a row. Told the answers (``heard``), the learner reads a quoted
+    one as one value: a slot from the first join, the summary made anew a new value."""
+    prompts, asked = _reactions(21)
+    told = TemplateLearner()
+    filed = 0
+    for i, prompt in enumerate(prompts):
+        if i % 5 == 0:
+            told.heard(*asked[i // 5])
+        filed += told.options(prompt) is not None
+    assert filed >= 85, filed  # of 100
+    (learned,) = told.templates()
+    assert learned.text.startswith("Name: Tommie\n{slot_1}\nIt is"), learned.text
+    _, untold = _filed_after(prompts, warm=0)
+    assert untold == 0
+
+
+def test_an_answer_its_own_prompt_holds_is_never_taken_for_a_value() -> None:
+    """A model that echoes its prompt's instruction: were the echo kept as an answer, every
+    prompt of that template would hold its instruction as a value, a slot."""
+    learner = TemplateLearner()
+    instruction = (
+        "Rate the likely poignancy of the following piece of memory on a scale of one to "
+        "ten, answering with a single integer."
+    )
+    for i in range(30):
+        prompt = f"{instruction}\nMemory: {' '.join(VALUES[i : i + 6])}\nRating:"
+        learner.heard(instruction, prompt)  # the echo
+        learner.options(prompt)
+    (learned,) = learner.templates()
+    assert learned.text.startswith(instruction), learned.text
+
+
+def test_cached_llm_tells_its_learner_each_answer(tmp_path: Path) -> None:
+    """Through ``CachedLLM(learn_templates=True)``: the summary call's answer, told to the
+    learner, is a value in the reaction prompts that quote it: read from a raw response
+    (what LangChain's ChatOpenAI asks for) as from a parsed one."""
+    prompts, asked = _reactions(22)
+    summaries = dict(asked)
+    fake = FakeOpenAI(
+        lambda request: next(
+            (s for s, p in summaries.items() if p == request["messages"][-1]["content"]), "No."
+        )
+    )
+    client = CachedLLM(
+        fake, cache=SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64)),
+        learn_templates=True,
+    )  # fmt: skip
+    for i, prompt in enumerate(prompts):
+        if i % 5 == 0:
+            _, summary_prompt = asked[i // 5]
+            raw = client.chat.completions.with_raw_response.create(
+                model="m", messages=_user(summary_prompt)
+            )
+            assert raw.parse().choices[0].message.content == asked[i // 5][0]
+        client.chat.completions.create(model="m", messages=_user(prompt))
+    assert client.learner is not None
+    texts = [t.text for t in client.learner.templates()]
+    assert any(t.startswith("Name: Tommie\n{slot_1}\nIt is") for t in texts), texts
+    client.close()

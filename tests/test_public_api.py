@@ -59,6 +59,7 @@ SURFACE: dict[str, set[str]] = {
         "Recognition",
         "TemplateLearner",
         "TemplateSet",
+        "code_site",
         "load_templates",
     },
     "llmcache.embedders": {

@@ -42,7 +42,7 @@ from starlette.types import Receive, Scope, Send
 from .. import AsyncCachedLLM, CacheOptions, CacheStats, CallInfo, SemanticCache
 from ..errors import ConfigurationError, InvalidResponseError, LLMCacheError
 from ..llm import LLMConnection
-from ..templates import TemplateLearner
+from ..templates import TemplateLearner, code_site
 from ._calls import (
     CHAT,
     COMPLETIONS,
@@ -248,7 +248,7 @@ class _Proxy:
         if options is None and resource is not None and self.client.learner is not None:
             # Filed here (recognised, or learned from: once), under the key's binding; one
             # passed through is sent on without filing it again.
-            found = await asyncio.to_thread(lambda: resource.file_call(**kwargs))
+            found = await asyncio.to_thread(_filed_by_text, resource, kwargs)
             if found is None:
                 return {**kwargs, "cache": False}, None
             return kwargs, bind_recognised(found, tenant)
@@ -445,6 +445,15 @@ class _EventStream(StreamingResponse):
 
 def _events(body: AsyncGenerator[bytes, None], headers: dict[str, str]) -> StreamingResponse:
     return _EventStream(body, headers)
+
+
+def _filed_by_text(resource: Any, kwargs: dict[str, Any]) -> CacheOptions | None:
+    """A request's options, recognised or learned from. A request carries no stack, so every
+    request is one code site to the learner: templates are told apart by their text alone
+    (``llmcache/_site.py``), whatever frames a server or its instrumentation runs it in."""
+    with code_site("proxy"):
+        found: CacheOptions | None = resource.file_call(**kwargs)
+        return found
 
 
 def _too_large(limit: int) -> RequestError:
