@@ -156,6 +156,9 @@ _NAMED = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _POSITIONAL = re.compile(r"!<INPUT (\d+)>!")
 # Between a system text and the user text: never inside a prompt (a NUL character).
 _SEP = "\x00"
+# What a text must hold to hold a list (``_listed``): a colon ending a line before an item, or
+# a semicolon.
+_MAY_LIST = re.compile(r":[^\S\n]*\n[^\S\n]*(?:[-*\u2022]|\d+[.)])[^\S\n]|;")
 # The marks that begin a list's items ("- ", "* ", "\u2022 "; numbered items are "#").
 _BULLETS = frozenset({"-", "*", "\u2022"})
 
@@ -264,7 +267,7 @@ class _Whole(str):
 
 def _tokens(prompt: str, system: str | None) -> list[str]:
     tokens = [*_TOKEN.findall(system), _SEP] if system is not None else []
-    return _listed(tokens + _TOKEN.findall(prompt))
+    return _listed(tokens + _TOKEN.findall(prompt), prompt, system or "")
 
 
 def _quoting(text: str, answers: Sequence[str]) -> list[str] | None:
@@ -286,7 +289,7 @@ def _quoting(text: str, answers: Sequence[str]) -> list[str] | None:
         tokens.extend(_TOKEN.findall(text[done:start]))
         tokens.append(_Whole(text[start:end]))
         done = end
-    return _listed(tokens + _TOKEN.findall(text[done:]))
+    return _listed(tokens + _TOKEN.findall(text[done:]), text)
 
 
 def _item(line: list[str]) -> str | None:
@@ -300,7 +303,7 @@ def _item(line: list[str]) -> str | None:
     return None
 
 
-def _listed(tokens: list[str]) -> list[str]:
+def _listed(tokens: list[str], *texts: str) -> list[str]:
     """``tokens`` with each list made one ``_Whole`` token:
 
     - the item lines after a line that ends with a colon, each beginning with one mark
@@ -308,7 +311,13 @@ def _listed(tokens: list[str]) -> list[str]:
       it stays a token);
     - a labelled line's value of items joined by semicolons ("Most recent observations: <the
       newest>; <the one before>; ..."): ``LIST_ITEMS`` or more, ``RUN_WORDS`` words and marks
-      or more in all, from its label to the line's end."""
+      or more in all, from its label to the line's end.
+
+    ``texts``: the text the tokens were read from; one that can hold no list (no line that
+    ends with a colon before an item, no semicolon) is not read line by line (most prompts:
+    the cost of a call filed)."""
+    if not any(_MAY_LIST.search(text) for text in texts):
+        return tokens
     lines: list[tuple[int, int]] = []  # each line's tokens: [start, end), its break excluded
     start = 0
     for k, t in enumerate(tokens):
