@@ -102,7 +102,10 @@ def _templates(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps([t.model_dump() for t in templates]) + "\n")
         return 0
     for t in templates:
-        sys.stdout.write(f"{t.name}  {t.calls} calls  slots {', '.join(t.slots)}\n  {t.shown()}\n")
+        at = f"  learned at {t.site}" if t.site else ""
+        sys.stdout.write(
+            f"{t.name}  {t.calls} calls  slots {', '.join(t.slots)}{at}\n  {t.shown()}\n"
+        )
     if not templates:
         sys.stdout.write(f"{args.file}: no learned templates\n")
     return 0

@@ -1060,15 +1060,16 @@ class TemplateLearner:
         root = Path(folder)
         root.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            frozen = [t.frozen for t in self._frozen.values() if t.frozen is not None]
+            frozen = [(t.frozen, t.site) for t in self._frozen.values() if t.frozen is not None]
         written = []
-        for f in frozen:
+        for f, site in frozen:
             if f.template.system is not None:
                 logger.info("template %s has a system text: not exported", f.template.name)
                 continue
             notes = (
-                f"Learned by llmcache from the traffic ({f.filed} calls filed).\n"
-                f"Slots: {', '.join(f.names) or 'none'}.\n"
+                f"Learned by llmcache from the traffic ({f.filed} calls filed)"
+                + (f" at {site}" if site else "")
+                + f".\nSlots: {', '.join(f.names) or 'none'}.\n"
             )
             path = root / f"{f.template.name}.txt"
             path.write_text(f"{notes}{COMMENT_MARKER}\n{f.template.prompt}", encoding="utf-8")

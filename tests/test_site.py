@@ -158,3 +158,15 @@ def test_a_template_learned_at_a_site_says_where() -> None:
             learner.options(f"Rate how poignant this memory is, 1 to 10.\nMemory: {observation}")
     (learned,) = learner.templates()
     assert learned.site == "importance"
+
+
+def test_a_kept_template_keeps_its_site_and_an_exported_one_says_it(tmp_path: Path) -> None:
+    path = tmp_path / "learned.json"
+    learner = TemplateLearner(path=path)
+    with code_site("importance"):
+        for observation in OBSERVATIONS[:40]:
+            learner.options(f"Rate how poignant this memory is, 1 to 10.\nMemory: {observation}")
+    (kept,) = TemplateLearner(path=path).templates()
+    assert kept.site == "importance"
+    (written,) = learner.export(tmp_path / "prompts")
+    assert "at importance." in written.read_text(encoding="utf-8")
