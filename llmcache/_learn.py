@@ -684,7 +684,7 @@ def _free(elements: Sequence[_Element], at: int) -> bool:
     value ("Answer in JSON format: {choice}") is the template's, and text one adds to it is
     another template's field."""
     start = _line_start(elements, at)
-    end = start + _line_end(elements[start:])
+    end = next((k for k in range(at, len(elements)) if _breaks(elements[k])), len(elements))
     line = elements[start:end]
     label = _label(line) if line else None
     value = line[label or 0 :]
@@ -1302,11 +1302,9 @@ class TemplateLearner:
             if not seed and head in heads and tail in tails:
                 need = min(need, max(KEEP_SHARE * fixed, ANCHORED_WORDS))
             # Each word one holds and the other lacks is a word fewer they can share: a bound
-            # from two set differences (cheap) before the words are counted.
-            most = min(
-                fixed - len(template.bag.keys() - bag.keys()),
-                words - len(bag.keys() - template.bag.keys()),
-            )
+            # from the words both hold, each counted once (cheap), before they are counted.
+            both = len(template.bag.keys() & bag.keys())
+            most = min(fixed - (len(template.bag) - both), words - (len(bag) - both))
             if most < need:
                 continue
             shared = _shared(bag, template.bag)
