@@ -158,7 +158,7 @@ _POSITIONAL = re.compile(r"!<INPUT (\d+)>!")
 _SEP = "\x00"
 # What a text must hold to hold a list (``_listed``): a colon ending a line before an item, or
 # a semicolon.
-_MAY_LIST = re.compile(r":[^\S\n]*\n[^\S\n]*(?:[-*\u2022]|\d+[.)])[^\S\n]|;")
+_MAY_LIST = re.compile(r":[^\S\n]*\n\s*(?:[-*\u2022]|\d+[.)])\s|;")
 # The marks that begin a list's items ("- ", "* ", "\u2022 "; numbered items are "#").
 _BULLETS = frozenset({"-", "*", "\u2022"})
 

@@ -928,3 +928,17 @@ def test_cached_llm_tells_its_learner_each_answer(tmp_path: Path) -> None:
     texts = [t.text for t in client.learner.templates()]
     assert any(t.startswith("Name: Tommie\n{slot_1}\nIt is") for t in texts), texts
     client.close()
+
+
+def test_the_quick_check_for_lists_never_skips_a_list() -> None:
+    """A text that ``_MAY_LIST`` says can hold no list is not read line by line: on texts
+    made of colons, line breaks, marks and words, reading it anyway finds the same lists."""
+    from llmcache._learn import _TOKEN, _listed
+
+    rng = random.Random(3)
+    pieces = [":", " ", "\n", "\n\n", "\n  ", "\t", "-", "*", "\u2022", "1", ".", ")", ";", "x"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 30)))
+        tokens = _TOKEN.findall(text)
+        checked, read = _listed(tokens, text), _listed(tokens, ";")  # ";": always read
+        assert [(type(t), str(t)) for t in checked] == [(type(t), str(t)) for t in read], text
