@@ -598,6 +598,7 @@ class _Completions(_CompletionsBase):
         """Like ``create``, and also report how the answer was made."""
         options = self._options_with_info(kwargs, "create")
         completion, info = self._run(kwargs, options, "create")
+        self._owner._heard(kwargs, completion)
         return completion, info
 
     def parse(self, **kwargs: Any) -> Any:
@@ -833,6 +834,7 @@ class _AsyncCompletions(_CompletionsBase):
     async def create_with_info(self, **kwargs: Any) -> tuple[ChatCompletion, CallInfo]:
         options = self._options_with_info(kwargs, "create")
         completion, info = await self._run(kwargs, options, "create")
+        self._owner._heard(kwargs, completion)
         return completion, info
 
     async def parse(self, **kwargs: Any) -> Any:

@@ -1118,8 +1118,9 @@ class TemplateLearner:
                 self.passed += learn
             return None
         read = _Prompt.of(prompt, system)
-        # Read outside the lock; only learning needs it (filing fits any site's templates).
-        site = current_site() if learn else None
+        # Read outside the lock. Learning joins only its site's templates; a call filed (from
+        # any site's template) carries its site for a recording to keep (``_options``).
+        site = current_site()
         with self._lock:
             fitting = self._fitting(read.heads, read.tails)
             found = self._fit(fitting, read)
@@ -1142,7 +1143,7 @@ class TemplateLearner:
             assert frozen is not None
             frozen.filed += learn
             template = frozen.template
-        return _options(template, values, agent)
+        return _options(template, values, agent, site)
 
     def _widen(self, fitting: list[int], read: _Prompt) -> tuple[int, dict[str, str]] | None:
         """A learned template this prompt fits but for fewer than ``VALUE_BREAK`` words (and the
@@ -1456,13 +1457,17 @@ def _saved_tokens(elements: list[_Element]) -> tuple[str | None, ...]:
     return tuple(e if isinstance(e, str) else None for e in elements)
 
 
-def _options(template: PromptTemplate, values: dict[str, str], agent: str) -> CacheOptions:
-    """A learned template's call, filed as a recognised declared template's is."""
+def _options(
+    template: PromptTemplate, values: dict[str, str], agent: str, site: str | None
+) -> CacheOptions:
+    """A learned template's call, filed as a recognised declared template's is; its code site
+    in ``metadata`` (``"site"``), which a recording keeps and a replay learns under."""
     options = CacheOptions(
         category=template.name,
         agent=agent,
         template=template.digest,
         slots=values,
+        metadata={"site": site} if site is not None else {},
     )
     if not any(v.strip() for v in values.values()):
         # No slot (or only blank ones): the whole, fixed prompt is what it is found by.

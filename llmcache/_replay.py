@@ -46,6 +46,7 @@ from ._learn import TemplateLearner
 from ._ledger import PriceTable
 from ._protocols import Embedder
 from ._replay_calls import ReplayCall, ReplayInput
+from ._site import code_site
 from ._tokens import count_tokens
 from ._types import CacheOptions, CallInfo, EmbedMode, Usage
 
@@ -606,7 +607,10 @@ def replay(
                     else options_for(call, (keyword_slots or {}).get(call.category))
                 )
                 try:
-                    text, info = _answer(client, call, options, prices)
+                    # Learned under the site the call was recorded from, as the live client
+                    # learned it (a recording without sites: one site, the text alone).
+                    with code_site(call.site) if call.site else contextlib.nullcontext():
+                        text, info = _answer(client, call, options, prices)
                 except LLMCacheError as exc:
                     raise ReplayError(f"call {index} ({call.category}) failed: {exc}") from exc
                 # Whose call stored each entry, so that a hit says whose answer it served.

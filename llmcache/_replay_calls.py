@@ -108,6 +108,10 @@ class ReplayCall(BaseModel):
     other_answers: list[str] = Field(default_factory=list)
     time: float | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    #: The code site that made the call (``llmcache.templates.code_site``), where the
+    #: recording kept it: a replay that learns templates learns each site apart, as the live
+    #: client did. ``None``: the replay's one site (the text alone tells templates apart).
+    site: str | None = None
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
 
@@ -164,11 +168,18 @@ def calls_from_records(records: Iterable[RecordedCall]) -> ReplayInput:
                     answer=record.response,
                     time=record.ts,
                     params=params,
+                    site=_site_of(record),
                     prompt_tokens=record.prompt_tokens,
                     completion_tokens=record.completion_tokens,
                 )
             )
     return ReplayInput(calls=calls, skipped=dict(skipped))
+
+
+def _site_of(record: RecordedCall) -> str | None:
+    """The code site a learned call was filed from (its options' ``metadata``), if kept."""
+    site = record.metadata.get("site")
+    return site if isinstance(site, str) and site else None
 
 
 def _lines(where: Path) -> Iterator[str]:

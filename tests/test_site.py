@@ -10,6 +10,7 @@ from pathlib import Path
 
 from llmcache import CachedLLM, SemanticCache
 from llmcache._site import carried_by, current_site
+from llmcache.replay import ReplayCall, ReplayReport, read_recording, replay
 from llmcache.templates import TemplateLearner, code_site
 from llmcache.testing import FakeOpenAI, HashEmbedder
 
@@ -170,3 +171,69 @@ def test_a_kept_template_keeps_its_site_and_an_exported_one_says_it(tmp_path: Pa
     assert kept.site == "importance"
     (written,) = learner.export(tmp_path / "prompts")
     assert "at importance." in written.read_text(encoding="utf-8")
+
+
+def _chain_calls(sites: bool) -> list[ReplayCall]:
+    """The chain's calls as a recording holds them: each with its answer, and with its code
+    site where the recording kept one."""
+    rng = random.Random(7)
+    calls = []
+    for observation in rng.sample(OBSERVATIONS, 120):
+        entity = observation.split(" ")[0] if rng.random() < 0.7 else "the thing"
+        for kind, prompt in (
+            ("entity", _entity(observation)),
+            ("action", _action(entity, observation)),
+        ):
+            calls.append(
+                ReplayCall(
+                    category=kind,
+                    messages=[{"role": "user", "content": prompt}],
+                    answer=f"{kind} of {observation}",
+                    site=kind if sites else None,
+                )
+            )
+    return calls
+
+
+def test_a_recording_keeps_each_learned_call_s_site_and_a_replay_learns_under_it(
+    tmp_path: Path,
+) -> None:
+    """A call filed under a learned template carries its code site (its options' metadata);
+    the recorder writes it, a recording read back gives it to each call, and a replay that
+    learns templates learns each site apart, as the live client did."""
+    fake = FakeOpenAI(lambda request: "ANSWER " + str(request["messages"][-1]["content"]))
+    client = CachedLLM(
+        fake,
+        cache=SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64)),
+        recorder=tmp_path / "rec.jsonl",
+        learn_templates=True,
+    )
+    for call in _chain_calls(sites=True):
+        with code_site(call.category):
+            client.chat.completions.create(model="m", messages=call.messages)
+    client.close()
+    recorded = read_recording(tmp_path / "rec.jsonl").calls
+    assert recorded and {c.site for c in recorded} == {"entity", "action"}
+    assert all(c.site == ("entity" if "observed entity" in str(c.messages) else "action")
+               for c in recorded)  # fmt: skip
+    # Replayed as code that declares nothing: by site, most calls filed; the same calls
+    # without their sites read as one template being learned, or one for both.
+    embedder = HashEmbedder(dim=64)
+    by_site = replay(_chain_calls(sites=True), embedder=embedder, learn_templates=True)
+    alone = replay(_chain_calls(sites=False), embedder=embedder, learn_templates=True)
+    filed = {
+        name: Counter(r.category for r in report.results if r.filed_under is not None)
+        for name, report in (("site", by_site), ("alone", alone))
+    }
+
+    def both(report: ReplayReport) -> set[str | None]:
+        """The templates that filed calls of both questions."""
+        under = {
+            kind: {r.filed_under for r in report.results if r.category == kind}
+            for kind in ("entity", "action")
+        }
+        return (under["entity"] & under["action"]) - {None}
+
+    assert filed["site"]["entity"] >= 80 and filed["site"]["action"] >= 80, filed
+    assert not both(by_site)
+    assert both(alone), filed  # text alone: one template files both questions
