@@ -292,11 +292,12 @@ class _Base:
             self.cache.ledger.add(UNTABLED_KEY, {"unrecognised": 1})
         return options
 
-    def _heard(self, kwargs: Mapping[str, Any], completion: Any) -> None:
+    def _heard(self, kwargs: dict[str, Any], completion: Any) -> None:
         """Tell the learner a chat call's answer (``TemplateLearner.heard``): a later prompt
         that quotes it holds it as a value. Calls the learner may see only (one user message
-        after at most one system message), non-streamed; anything else is skipped."""
-        if self.learner is None or _streams(dict(kwargs)):
+        after at most one system message), non-streamed; anything else is skipped. Told by the
+        chat resource's cached core (``_run``) and by its pass-throughs."""
+        if self.learner is None or _streams(kwargs):
             return
         prompt = chat_prompt(kwargs)
         choices = getattr(completion, "choices", None)
@@ -586,19 +587,17 @@ class _Completions(_CompletionsBase):
         options = self._options(kwargs)
         if options is None:
             completion = self._wrapped.create(**kwargs)
-        elif _streams(kwargs):
+            self._owner._heard(kwargs, completion)
+            return completion
+        if _streams(kwargs):
             create = self._wrapped.create
             return _stream(self._owner, create, kwargs, options, CHAT, self._replay(kwargs))
-        else:
-            completion = self._run(kwargs, options, "create")[0]
-        self._owner._heard(kwargs, completion)
-        return completion
+        return self._run(kwargs, options, "create")[0]
 
     def create_with_info(self, **kwargs: Any) -> tuple[ChatCompletion, CallInfo]:
         """Like ``create``, and also report how the answer was made."""
         options = self._options_with_info(kwargs, "create")
         completion, info = self._run(kwargs, options, "create")
-        self._owner._heard(kwargs, completion)
         return completion, info
 
     def parse(self, **kwargs: Any) -> Any:
@@ -631,7 +630,10 @@ class _Completions(_CompletionsBase):
             def send(**request: Any) -> Any:
                 return parsed.parsed_answer(create(**parsed.create_request(request)))
 
-        return _run(self._owner, send, kwargs, options, shape)
+        completion, info = _run(self._owner, send, kwargs, options, shape)
+        if method == "create":
+            self._owner._heard(kwargs, completion)
+        return completion, info
 
 
 class CachedRawResponse:
@@ -685,10 +687,7 @@ class _RawCompletions:
             if method == "create" and completions._owner.learner is not None:
                 _hear_raw(completions._owner, kwargs, response)
             return response
-        completion, info = completions._run(kwargs, options, method)
-        if method == "create":
-            completions._owner._heard(kwargs, completion)
-        return CachedRawResponse(completion, info)
+        return CachedRawResponse(*completions._run(kwargs, options, method))
 
     def create(self, **kwargs: Any) -> Any:
         return self._call("create", kwargs)
@@ -822,19 +821,18 @@ class _AsyncCompletions(_CompletionsBase):
         options = self._options(kwargs)
         if options is None:
             completion = await self._wrapped.create(**kwargs)
-        elif _streams(kwargs):
+            self._owner._heard(kwargs, completion)
+            return completion
+        if _streams(kwargs):
             create = self._wrapped.create
             replay = self._replay(kwargs)
             return await _stream_async(self._owner, create, kwargs, options, CHAT, replay)
-        else:
-            completion, _ = await self._run(kwargs, options, "create")
-        self._owner._heard(kwargs, completion)
+        completion, _ = await self._run(kwargs, options, "create")
         return completion
 
     async def create_with_info(self, **kwargs: Any) -> tuple[ChatCompletion, CallInfo]:
         options = self._options_with_info(kwargs, "create")
         completion, info = await self._run(kwargs, options, "create")
-        self._owner._heard(kwargs, completion)
         return completion, info
 
     async def parse(self, **kwargs: Any) -> Any:
@@ -864,7 +862,10 @@ class _AsyncCompletions(_CompletionsBase):
             async def send(**request: Any) -> Any:
                 return parsed.parsed_answer(await create(**parsed.create_request(request)))
 
-        return await _run_async(self._owner, send, kwargs, options, shape)
+        completion, info = await _run_async(self._owner, send, kwargs, options, shape)
+        if method == "create":
+            self._owner._heard(kwargs, completion)
+        return completion, info
 
 
 class _AsyncRawCompletions:
@@ -883,10 +884,7 @@ class _AsyncRawCompletions:
             if method == "create" and completions._owner.learner is not None:
                 _hear_raw(completions._owner, kwargs, response)
             return response
-        completion, info = await completions._run(kwargs, options, method)
-        if method == "create":
-            completions._owner._heard(kwargs, completion)
-        return CachedRawResponse(completion, info)
+        return CachedRawResponse(*await completions._run(kwargs, options, method))
 
     async def create(self, **kwargs: Any) -> Any:
         return await self._call("create", kwargs)

@@ -321,7 +321,7 @@ def _listed(tokens: list[str], *texts: str) -> list[str]:
     lines: list[tuple[int, int]] = []  # each line's tokens: [start, end), its break excluded
     start = 0
     for k, t in enumerate(tokens):
-        if "\n" in t or t == _SEP:
+        if _breaks(t):
             lines.append((start, k))
             start = k + 1
     lines.append((start, len(tokens)))
