@@ -39,12 +39,15 @@ default embedder (the docs' FAISS and OpenAI embeddings need a download or a key
    (across its prompt cache), so a hit on an exact repeat of a stored prompt whose recorded
    answers differ is counted apart ("exact"): the model's own variability, not the cache's.
 
-Printed per path: the share of calls of each code site with at least 20 calls that were filed
-under one learned template (the site's most common table), purity (tables that mix two code
-sites), agent crossings (hits served from an entry another agent's call stored), the cost cut
-(tokens avoided over tokens asked) and the excess; then per code site the share of its calls
-filed at all and under its most common template (a template widened as it is used files a
-site's calls under one template, then another). Figures depend on the model and on the
+Printed per path: the share of calls looked up under a table (not passed through); the share
+filed under a table (looked up there, or their answers filed there late: paid while their
+template was learned, or before it changed, ``llmcache/_late.py``); the site share, the
+smallest over the code sites of at least 20 calls of the share of a site's calls filed under
+its most common table (one learned template: the issue's measure); purity (tables that mix
+two code sites); agent crossings (hits served from an entry another agent's call stored, the
+entry's owner read from the prompt it holds when it was filed late); the cost cut (tokens
+avoided over tokens asked) and the wrong hits; then per code site the share of its calls
+looked up and filed under its most common table. Figures depend on the model and on the
 machine's speed only through the answers; the run's time is printed too.
 
 Recorded with the defaults (28 reactions, 3 interviews per agent, 2 rounds of dialogue, 32
@@ -56,24 +59,23 @@ live run 3326 s, ``generative_agent_smollm2.jsonl``), and on 2026-11-29 on Qwen2
 answers read as a model's (an entity is "Tommie", not three lines of echoed prompt).
 Replayed by the first two commands on 2026-11-29 (same machine, seconds each):
 
-- SmolLM2: learned by code site 55% of calls filed, pure (12/12), 0 crossings, 5 hits, cut
-  0.9%, 0/5 wrong; per site importance 71%, entity 57% (under four templates in turn),
-  action 54%, relationship 59%, reaction 59%. By text alone 34% (entity and action 0%).
-  Declared: 100% filed, pure, 0 crossings, 17 hits, cut 5.7%, 0/17 wrong. Full prompt: one
-  table mixing every site, 5 crossings, 73 hits, cut 40.3%, 27/73 wrong.
-- Qwen: learned by code site 53% filed, pure (11/11), 2 crossings, 4 hits, cut 0.6%, 0/4
-  wrong; per site importance 76%, entity 59%, action 41%, relationship 54%, reaction 55%. By
-  text alone 35% (entity and action 0%: the two questions about one observation read as one
-  template being learned). Declared: 100% filed, 2 crossings, 11 hits, cut 4.7%, 5/11 wrong,
-  all 5 exact repeats of an agent's summary that the model answered anew. Full prompt: 12
-  crossings, 94 hits, cut 51.2%, 51/94 wrong. The 2 crossings of the learned and declared
-  paths are the importance prompt's, which names no agent: two agents' memories of one
-  exchange, rated alike (8).
+- SmolLM2: learned by code site 57% looked up, 90% filed, site share 97% (importance, entity,
+  action and relationship 100%, reaction 97%), pure (13/13), 0 crossings, 13 hits, cut 2.3%,
+  0/13 wrong. By text alone 34% / 51% (entity and action 0%). Declared: 100% filed, site
+  share 97% (its tables are per agent), pure, 0 crossings, 17 hits, cut 5.7%, 0/17 wrong.
+  Full prompt: one table mixing every site, 5 crossings, 73 hits, cut 40.3%, 27/73 wrong.
+- Qwen: learned by code site 59% / 90%, site share 97%, pure (13/13), 2 crossings, 6 hits,
+  cut 0.9%, 0/6 wrong. By text alone 35% / 51% (entity and action 0%: the two questions
+  about one observation read as one template being learned). Declared: 100% filed, 2
+  crossings, 11 hits, cut 4.7%, 5/11 wrong, all 5 exact repeats of an agent's summary that
+  the model answered anew. Full prompt: 12 crossings, 94 hits, cut 51.2%, 51/94 wrong. The 2
+  crossings of the learned and declared paths are the importance prompt's, which names no
+  agent: two agents' memories of one exchange, rated alike (8).
 
 ``--then`` (the third command): the templates learned from one run file the next, as a rerun
-with ``TemplateLearner(path=...)`` does: learned on SmolLM2, Qwen's run filed 92% by code site
-(importance, entity and action 100%, relationship 85%, reaction 97%), 56% by text alone;
-learned on Qwen, SmolLM2's run 84% (action 51%); no template filing two code sites' calls.
+with ``TemplateLearner(path=...)`` does: learned on SmolLM2, Qwen's run filed 94% by code site
+(importance, entity, action and relationship 100%, reaction 97%), 56% by text alone; learned
+on Qwen, SmolLM2's run 95%; no template filing two code sites' calls.
 """
 
 from __future__ import annotations
@@ -87,8 +89,8 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -111,7 +113,7 @@ from llmcache import CacheConfig, CacheOptions, EmbedMode, PromptTemplate, Seman
 from llmcache.embedders import Embedder, default_embedder
 from llmcache.langchain import LLMCache, PromptFiler
 from llmcache.llm import DEFAULT_MODEL
-from llmcache.templates import TemplateLearner, TemplateSet, code_site
+from llmcache.templates import TemplateLearner, TemplateSet, code_site, text_alone
 
 # -- the scenario of LangChain's generative-agents docs -----------------------------------------
 
@@ -410,20 +412,26 @@ def same_answer(site: str, served: str, fresh: str) -> bool:
 class PathFigures:
     path: str
     calls: int
+    #: Calls looked up under a table (not passed through).
     filed: int
+    #: Calls filed under a table: looked up there, or their answers filed there late.
+    answers_filed: int
+    #: Per code site of enough calls, its calls filed under its most common table.
     site_share: dict[str, float]
+    #: Per code site, its calls looked up under any table.
     site_filed: dict[str, float]
-    filed_share: dict[str, float]
     impure_tables: int
     tables: int
-    crossings: int
-    hits: int
-    wrong: int
-    cut: float
-    seconds: float
+    crossings: int = 0
+    hits: int = 0
+    wrong: int = 0
+    cut: float = 0.0
+    seconds: float = 0.0
     #: Of the wrong hits, those that repeated a stored prompt exactly: the model answered the
     #: same prompt anew (its own variability), not the cache a different prompt.
     wrong_repeats: int = 0
+    #: Answers filed late: paid for while their template was learned, or before it changed.
+    filed_late: int = 0
 
     def row(self) -> list[str]:
         shares = list(self.site_share.values())
@@ -432,8 +440,8 @@ class PathFigures:
             self.path,
             str(self.calls),
             f"{self.filed / self.calls:.0%}" if self.calls else "-",
+            f"{self.answers_filed / self.calls:.0%}" if self.calls else "-",
             f"{worst:.0%}" if shares else "-",
-            f"{min(self.filed_share.values()):.0%}" if self.filed_share else "-",
             f"{self.tables - self.impure_tables}/{self.tables}",
             str(self.crossings),
             str(self.hits),
@@ -457,37 +465,42 @@ def replay_path(
     ``code_site(<its framework function>)``, the site the live path reads from the stack
     (one call line per function; ``tests/test_langchain_agent.py`` checks the live path learns
     at the framework's functions); without it every call reads as the replay loop's one site,
-    as through the proxy, whose requests carry no stack."""
+    as through the proxy, whose requests carry no stack.
+
+    A call is filed under a table when it was looked up in it, or when its answer is in it:
+    an answer paid for while its template was learned, or before it changed, is filed late
+    (``llmcache/_late.py``), with no lookup of its own."""
     started = time.perf_counter()
     cache = make_cache()
-    table_sites: dict[str, Counter[str]] = defaultdict(Counter)
-    site_templates: dict[str, Counter[str]] = defaultdict(Counter)
-    stored: dict[tuple[str, int], Call] = {}
-    crossings = hits = wrong = wrong_repeats = filed = 0
-    asked = avoided = 0
-    for call in calls:
-        if call.answer is None:
-            continue
+    answered = [c for c in calls if c.answer is not None]
+    tables: list[set[str]] = [set() for _ in answered]  # per call, the tables it is filed in
+    looked_up: list[str | None] = [None] * len(answered)  # per call, the category looked up
+    stored: dict[tuple[str, int], int] = {}  # entry -> the call whose miss stored it
+    asked: dict[str, list[int]] = defaultdict(list)  # messages -> the calls the model answered
+    crossings = hits = wrong = wrong_repeats = 0
+    spent = avoided = 0
+    for i, call in enumerate(answered):
+        assert call.answer is not None
         tokens = call.usage.get("input_tokens", 0) + call.usage.get("output_tokens", 0)
-        asked += tokens
-        with code_site(call.site.split("#")[0] if sites else "replay"):
+        spent += tokens
+        with code_site(call.site.split("#")[0]) if sites else text_alone():
             served = cache.lookup(call.prompt, call.llm_string)
         info = cache.last_info
         if info is not None:
-            filed += 1
-            table_sites[info.partition_key][call.site] += 1
-            site_templates[call.site][info.category] += 1
+            tables[i].add(str(info.partition_key))
+            looked_up[i] = str(info.category)
         if served is not None:
             assert info is not None and info.entry_id is not None
             hits += 1
             avoided += tokens
-            origin = stored.get((info.partition_key, info.entry_id))
-            if origin is not None and origin.agent != call.agent:
+            origin = _origin(cache, str(info.partition_key), info.entry_id, stored, asked)
+            if origin is not None and answered[origin].agent != call.agent:
                 crossings += 1
             if not same_answer(call.site, served[0].text, call.answer):
                 wrong += 1
-                wrong_repeats += origin is not None and origin.prompt == call.prompt
+                wrong_repeats += origin is not None and answered[origin].prompt == call.prompt
             continue
+        asked[_said(call.prompt)].append(i)
         message = AIMessage(
             content=call.answer,
             usage_metadata={
@@ -498,42 +511,101 @@ def replay_path(
         )
         cache.update(call.prompt, call.llm_string, [ChatGeneration(message=message)])
         after = cache.last_info
-        if after is not None and after.entry_id is not None:
-            stored[(after.partition_key, after.entry_id)] = call
+        if info is not None and after is not None and after.entry_id is not None:
+            stored[(str(after.partition_key), after.entry_id)] = i
+    late = 0
+    for key, entry in _entries(cache):
+        owners = asked.get(_asked(entry.messages), [])
+        late += bool(owners) and (key, entry.id) not in stored
+        for i in owners:
+            tables[i].add(key)
     cache.close()
-    per_site = Counter(c.site for c in calls if c.answer is not None)
-    share = {
-        site: (site_templates[site].most_common(1)[0][1] / n if site_templates[site] else 0.0)
-        for site, n in per_site.items()
-        if n >= min_site_calls
-    }
-    # Filed at all: a learned template per agent, or one widened as it was used, each files a
-    # share of a site's calls, pure (purity is counted apart).
-    site_filed = {site: site_templates[site].total() / per_site[site] for site in share}
-    # Of the calls filed, the share under the site's most common table (calls that passed
-    # through while their template was learned are not in it).
-    filed_share = {
-        site: site_templates[site].most_common(1)[0][1] / site_templates[site].total()
-        for site in share
-        if site_templates[site]
-    }
-    impure = sum(1 for sites in table_sites.values() if len(sites) > 1)
-    return PathFigures(
-        path=path,
-        calls=sum(per_site.values()),
-        filed=filed,
-        site_share=share,
-        site_filed=site_filed,
-        filed_share=filed_share,
-        impure_tables=impure,
-        tables=len(table_sites),
+    return replace(
+        _figures(path, answered, tables, looked_up, min_site_calls),
+        filed_late=late,
         crossings=crossings,
         hits=hits,
         wrong=wrong,
-        cut=avoided / asked if asked else 0.0,
-        seconds=time.perf_counter() - started,
         wrong_repeats=wrong_repeats,
+        cut=avoided / spent if spent else 0.0,
+        seconds=time.perf_counter() - started,
     )
+
+
+def _figures(
+    path: str,
+    answered: Sequence[Call],
+    tables: Sequence[set[str]],
+    looked_up: Sequence[str | None],
+    min_site_calls: int,
+) -> PathFigures:
+    """The filing figures of one path: per call, the tables it is filed in and the category
+    it was looked up under."""
+    per_site = Counter(c.site for c in answered)
+    sites = [site for site, n in per_site.items() if n >= min_site_calls]
+    table_sites: dict[str, set[str]] = defaultdict(set)
+    in_table: dict[str, Counter[str]] = defaultdict(Counter)  # site -> table -> its calls
+    by_category: dict[str, Counter[str]] = defaultdict(Counter)  # site -> category looked up
+    for call, held, category in zip(answered, tables, looked_up, strict=True):
+        for table in held:
+            table_sites[table].add(call.site)
+            in_table[call.site][table] += 1
+        if category is not None:
+            by_category[call.site][category] += 1
+    # A site's calls filed under its most common table (looked up there, or their answers in
+    # it): the issue's measure, one learned template per code site.
+    share = {
+        site: (in_table[site].most_common(1)[0][1] / per_site[site] if in_table[site] else 0.0)
+        for site in sites
+    }
+    # Looked up under a template: a learned template per agent, or one widened as it was
+    # used, each files a share of a site's calls.
+    site_filed = {site: by_category[site].total() / per_site[site] for site in sites}
+    return PathFigures(
+        path=path,
+        calls=len(answered),
+        filed=sum(c is not None for c in looked_up),
+        answers_filed=sum(bool(t) for t in tables),
+        site_share=share,
+        site_filed=site_filed,
+        impure_tables=sum(1 for s in table_sites.values() if len(s) > 1),
+        tables=len(table_sites),
+    )
+
+
+def _asked(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The texts of a stored entry's messages, as a key."""
+    return json.dumps([m.get("content") for m in messages], ensure_ascii=False)
+
+
+def _said(prompt: str) -> str:
+    """The texts of a recorded call's messages (LangChain's JSON of them), as ``_asked``'s."""
+    return json.dumps([m["kwargs"]["content"] for m in json.loads(prompt)], ensure_ascii=False)
+
+
+def _origin(
+    cache: LLMCache,
+    table: str,
+    entry: int,
+    stored: Mapping[tuple[str, int], int],
+    asked: Mapping[str, list[int]],
+) -> int | None:
+    """The call whose answer a hit's entry holds: the miss that stored it, else (an answer
+    filed late) the first call the model answered with the entry's messages."""
+    if (table, entry) in stored:
+        return stored[(table, entry)]
+    held = cache.cache.backend.get(table, entry)
+    owners = asked.get(_asked(held.messages), []) if held is not None else []
+    return owners[0] if owners else None
+
+
+def _entries(cache: LLMCache) -> list[tuple[str, Any]]:
+    """Every entry of the cache's tables, with its table's key."""
+    return [
+        (partition.key, entry)
+        for partition in cache.cache.partitions()
+        for entry in cache.cache.backend.iterate(partition.key)
+    ]
 
 
 #: The learned path in-process (``set_llm_cache``, ``CachedLLM``): each code site learned apart.
@@ -567,9 +639,9 @@ def paths(
 HEADER = [
     "path",
     "calls",
-    "filed",
+    "looked up",
+    "answers filed",
     "site share (min, sites >= 20)",
-    "of filed",
     "pure tables",
     "agent crossings",
     "hits",
@@ -682,8 +754,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(markdown_table(HEADER, [f.row() for f in figures]))
     print(
-        "\nshare of each code site's calls filed (under any template), and under its most "
-        "common template:"
+        "\nshare of each code site's calls looked up (under any template), and filed under its "
+        "most common table:"
     )
     sites = [s for s, n in per_site.most_common() if n >= args.min_site_calls]
     per_site_rows = [
@@ -713,7 +785,7 @@ def _learned_run(
     filed: Counter[str] = Counter()
     for call in calls:
         text = str(json.loads(call.prompt)[-1]["kwargs"]["content"])
-        with code_site(call.site.split("#")[0] if sites else "replay"):
+        with code_site(call.site.split("#")[0]) if sites else text_alone():
             options = learner.options(text, None, call.agent)
         if options is not None and options.template is not None:
             filed[call.site] += 1

@@ -242,6 +242,27 @@ class _CachedCall:
             self.info.entry_id = self._store(attempt, vector, text)
         return self._finish(response)[1]
 
+    def file_paid(self, completion: Any) -> int | None:
+        """Store ``completion``, an answer paid for outside the cache, as a miss's answer is
+        stored (embedded, validated, the table's slot profile told), without a lookup and
+        without counting a call: its id, or ``None`` when it is not stored. Never raises: the
+        call it answered is over."""
+        if self.policy.mode is Mode.OFF or self.policy.bypass or not self.options.store:
+            return None
+        try:
+            content = self.shape.content(completion)
+            if self.shape.has_tool_calls(completion) or check(self.validate, content) is not None:
+                return None
+            usage = self.shape.usage(completion, self.messages)
+            text, vector = self._embed()
+        except Exception:
+            logger.warning("could not file an answer paid for while learning", exc_info=True)
+            return None
+        cost = self.prices.cost(self.model, usage)
+        return self._store(
+            Attempts(completion, content or "", 1, False, usage, usage, cost), vector, text
+        )
+
     def _look_up(self, vector: Any, mode: Mode) -> Any:
         """The hit for this call, if the table has one that is close enough and usable."""
         try:
@@ -684,6 +705,27 @@ def start_streamed_call(
     """Look a streamed request up; see :class:`StreamedCall`. ``call`` serves modifiers that
     ask the LLM (``revise``) and must return a whole response, not a stream."""
     return StreamedCall(_CachedCall(cache, kwargs, options, call, recorder, shape))
+
+
+def file_paid(
+    cache: SemanticCache,
+    kwargs: dict[str, Any],
+    options: CacheOptions,
+    completion: Any,
+    shape: Shape = CHAT,
+) -> int | None:
+    """Store an answer paid for outside the cache under ``options`` (a call passed through
+    while its template was learned: ``llmcache/_late.py``); its entry's id, or ``None``."""
+    try:
+        call = _CachedCall(cache, kwargs, options, _no_call, None, shape)
+    except Exception:  # the call it answered is over: never raised into it
+        logger.warning("could not file an answer paid for while learning", exc_info=True)
+        return None
+    return call.file_paid(completion)
+
+
+def _no_call(request: dict[str, Any]) -> Any:
+    raise AssertionError("an answer filed late is never asked for")  # pragma: no cover
 
 
 def run_cached_call(

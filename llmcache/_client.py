@@ -32,9 +32,10 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from ._cache import SemanticCache
-from ._cached_call import run_cached_call, start_streamed_call
+from ._cached_call import file_paid, run_cached_call, start_streamed_call
 from ._config import CacheConfig
 from ._errors import ConfigurationError
+from ._late import LateFiling
 from ._learn import TemplateLearner
 from ._ledger import LEARNED_PREFIX, UNTABLED_KEY
 from ._protocols import CacheBackend, Embedder
@@ -55,7 +56,7 @@ from ._shapes import (
     responses_bypass_reason,
     responses_prompt,
 )
-from ._site import carried_by
+from ._site import carried_by, current_site
 from ._stream import (
     Assembler,
     AsyncReplayStream,
@@ -269,6 +270,9 @@ class _Base:
         self.default_agent = default_agent
         self.learner: TemplateLearner | None = _open_learner(learn_templates)
         self._described: set[str] = set()
+        # Calls the learner passed through, with their requests and answers, until their
+        # template is learned: then filed (llmcache/_late.py).
+        self._late: LateFiling[tuple[dict[str, Any], Any]] = LateFiling()
 
     def file_prompt(self, prompt: Prompt) -> CacheOptions | None:
         """The options a call without ``cache=`` is filed under (its prompt recognised by
@@ -282,6 +286,12 @@ class _Base:
             # Declared templates first; what they do not recognise is learned from.
             with carried_by(self):  # a subclass's method is not the call's code site
                 options = self.learner.options(*prompt, self.default_agent)
+                # Its answer is filed under the template that files it once one is learned,
+                # or changed (llmcache/_late.py).
+                if options is None:
+                    self._late.expect(prompt, current_site())
+                else:
+                    self._late.expect(prompt, options.metadata.get("site"), options.category)
             if options is None:
                 self.cache.ledger.add(UNTABLED_KEY, {"learning": 1})
                 return None
@@ -292,20 +302,50 @@ class _Base:
             self.cache.ledger.add(UNTABLED_KEY, {"unrecognised": 1})
         return options
 
-    def _heard(self, kwargs: dict[str, Any], completion: Any) -> None:
+    def _heard(self, kwargs: dict[str, Any], completion: Any, *, fresh: bool = True) -> bool:
         """Tell the learner a chat call's answer (``TemplateLearner.heard``): a later prompt
-        that quotes it holds it as a value. Calls the learner may see only (one user message
+        that quotes it holds it as a value; and keep it when the learner passed its call
+        through (``llmcache/_late.py``). Calls the learner may see only (one user message
         after at most one system message), non-streamed; anything else is skipped. Told by the
-        chat resource's cached core (``_run``) and by its pass-throughs."""
+        chat resource's cached core (``_run``; ``fresh``: the model's own answer, not a hit's)
+        and by its pass-throughs. Whether answers kept are now due to be filed
+        (:meth:`_file_late`)."""
         if self.learner is None or _streams(kwargs):
-            return
+            return False
         prompt = chat_prompt(kwargs)
         choices = getattr(completion, "choices", None)
         if isinstance(prompt, str) or not choices:
-            return
+            return False
         text = getattr(getattr(choices[0], "message", None), "content", None)
         if isinstance(text, str):
             self.learner.heard(text, *prompt)
+        self._late.answered(prompt, (dict(kwargs), completion), fresh=fresh)
+        return self._late.ready(self.learner)
+
+    def _hear(self, kwargs: dict[str, Any], completion: Any, *, fresh: bool = True) -> None:
+        """:meth:`_heard`, then the answers due filed (the synchronous resources)."""
+        if self._heard(kwargs, completion, fresh=fresh):
+            self._file_late()
+
+    async def _hear_async(
+        self, kwargs: dict[str, Any], completion: Any, *, fresh: bool = True
+    ) -> None:
+        """:meth:`_heard`, then the answers due filed in a worker thread (they are embedded and
+        stored: not on the caller's event loop)."""
+        if self._heard(kwargs, completion, fresh=fresh):
+            await asyncio.to_thread(self._file_late)
+
+    def _file_late(self) -> None:
+        """File the answers of calls passed through while learning that a template learned
+        since files (``llmcache/_late.py``), counted as ``filed_late``."""
+        if self.learner is None:
+            return
+        filed = 0
+        for (kwargs, completion), options in self._late.due(self.learner, self.default_agent):
+            self._describe(options)
+            filed += file_paid(self.cache, kwargs, options, completion, CHAT) is not None
+        if filed:
+            self.cache.ledger.add(UNTABLED_KEY, {"filed_late": filed})
 
     def peek_prompt(self, prompt: Prompt) -> tuple[CacheOptions | None, str | None]:
         """The options a call without ``cache=`` would be filed under, learning and counting
@@ -587,7 +627,7 @@ class _Completions(_CompletionsBase):
         options = self._options(kwargs)
         if options is None:
             completion = self._wrapped.create(**kwargs)
-            self._owner._heard(kwargs, completion)
+            self._owner._hear(kwargs, completion)
             return completion
         if _streams(kwargs):
             create = self._wrapped.create
@@ -632,7 +672,7 @@ class _Completions(_CompletionsBase):
 
         completion, info = _run(self._owner, send, kwargs, options, shape)
         if method == "create":
-            self._owner._heard(kwargs, completion)
+            self._owner._hear(kwargs, completion, fresh=info.outcome == "miss")
         return completion, info
 
 
@@ -657,18 +697,18 @@ class CachedRawResponse:
         return self._completion
 
 
-def _hear_raw(owner: _Base, kwargs: dict[str, Any], response: Any) -> None:
+def _hear_raw(owner: _Base, kwargs: dict[str, Any], response: Any) -> bool:
     """Tell the learner the answer of a raw response passed through (openai parses it once and
     keeps what it parsed, so the caller's ``parse()`` reads the same object). One that does not
     parse is left for the caller's ``parse()`` to report."""
     if _streams(kwargs) or not callable(getattr(response, "parse", None)):
-        return
+        return False
     try:
         completion = response.parse()
     except (openai.OpenAIError, ValueError, TypeError) as exc:
         logger.debug("a raw response's answer was not read for the learner: %s", exc)
-        return
-    owner._heard(kwargs, completion)
+        return False
+    return owner._heard(kwargs, completion)
 
 
 class _RawCompletions:
@@ -684,8 +724,9 @@ class _RawCompletions:
         if options is None or _streams(kwargs):
             raw = completions._wrapped.with_raw_response
             response = getattr(raw, method)(**kwargs)
-            if method == "create" and completions._owner.learner is not None:
-                _hear_raw(completions._owner, kwargs, response)
+            due = method == "create" and completions._owner.learner is not None
+            if due and _hear_raw(completions._owner, kwargs, response):
+                completions._owner._file_late()
             return response
         return CachedRawResponse(*completions._run(kwargs, options, method))
 
@@ -821,7 +862,7 @@ class _AsyncCompletions(_CompletionsBase):
         options = self._options(kwargs)
         if options is None:
             completion = await self._wrapped.create(**kwargs)
-            self._owner._heard(kwargs, completion)
+            await self._owner._hear_async(kwargs, completion)
             return completion
         if _streams(kwargs):
             create = self._wrapped.create
@@ -864,7 +905,7 @@ class _AsyncCompletions(_CompletionsBase):
 
         completion, info = await _run_async(self._owner, send, kwargs, options, shape)
         if method == "create":
-            self._owner._heard(kwargs, completion)
+            await self._owner._hear_async(kwargs, completion, fresh=info.outcome == "miss")
         return completion, info
 
 
@@ -881,8 +922,9 @@ class _AsyncRawCompletions:
         if options is None or _streams(kwargs):
             raw = completions._wrapped.with_raw_response
             response = await getattr(raw, method)(**kwargs)
-            if method == "create" and completions._owner.learner is not None:
-                _hear_raw(completions._owner, kwargs, response)
+            due = method == "create" and completions._owner.learner is not None
+            if due and _hear_raw(completions._owner, kwargs, response):
+                await asyncio.to_thread(completions._owner._file_late)
             return response
         return CachedRawResponse(*await completions._run(kwargs, options, method))
 

@@ -40,14 +40,16 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.completion_usage import CompletionUsage
 
 from ._cache import SemanticCache
-from ._cached_call import StreamedCall, start_streamed_call
+from ._cached_call import StreamedCall, file_paid, start_streamed_call
 from ._client import Templates, recognised_options
 from ._config import CacheConfig
 from ._errors import ConfigurationError
+from ._late import LateFiling
+from ._learn import TemplateLearner
 from ._ledger import UNTABLED_KEY, CacheStats
 from ._protocols import CacheBackend, Embedder
 from ._recognise import TemplateSet
-from ._site import carried_by
+from ._site import carried_by, current_site
 from ._types import CacheOptions, CallInfo, Mode
 
 __all__ = ["LLMCache", "PromptFiler"]
@@ -183,6 +185,37 @@ def model_of(llm_string: str) -> str:
     return ""
 
 
+def _messages(prompt: str) -> list[dict[str, Any]]:
+    """LangChain's prompt as chat messages (a plain model's prompt: one user message)."""
+    messages = messages_of(prompt)
+    return messages if messages is not None else [{"role": "user", "content": prompt}]
+
+
+def _learned_prompt(
+    prompt: str, messages: list[dict[str, Any]] | None = None
+) -> tuple[str, str | None] | None:
+    """A prompt's user text and system text, when it is one a template can file (one user
+    message after at most one system message, text only); else ``None``."""
+    messages = messages if messages is not None else _messages(prompt)
+    roles = [m["role"] for m in messages]
+    plain = all(set(m) == {"role", "content"} for m in messages)
+    if not plain or roles not in (["user"], ["system", "user"]):
+        return None
+    system = messages[0]["content"] if len(messages) == 2 else None
+    return messages[-1]["content"], system
+
+
+def _request(prompt: str, llm_string: str) -> dict[str, Any]:
+    """The request a prompt stands for in the cache's tables. ``llm_string`` is keyed as a
+    request parameter is (hashed into the table's key, never stored in clear): it carries the
+    model, its sampling parameters and its stop words."""
+    return {
+        "model": model_of(llm_string),
+        "messages": _messages(prompt),
+        "llm_string": keyed_llm_string(llm_string),
+    }
+
+
 def _answer(model: str, text: str, usage: CompletionUsage | None) -> ChatCompletion:
     """The model's answer as the chat completion the core stores (only its text is kept)."""
     return ChatCompletion(
@@ -271,6 +304,10 @@ class LLMCache(BaseCache):
             self.templates = TemplateSet(templates)
         self.learner: PromptFiler | None = _open_learner(learner)
         self.default_agent = default_agent
+        # Calls the learner passed through, with their answers, until their template is
+        # learned: then filed (llmcache/_late.py). Only for the bundled learner, which counts
+        # the templates it learns.
+        self._late: LateFiling[tuple[str, str, str, CompletionUsage | None]] = LateFiling()
         self._lock = threading.Lock()
         self._pending: OrderedDict[int, tuple[tuple[str, str], StreamedCall | None]] = OrderedDict()
         self._waiting: dict[tuple[str, str], deque[int]] = {}
@@ -284,15 +321,12 @@ class LLMCache(BaseCache):
     def file(self, prompt: str) -> tuple[CacheOptions | None, list[dict[str, Any]]]:
         """The options LangChain's ``prompt`` is filed under (``None``: passed through), and its
         messages. Learning happens here: call it once per model call."""
-        messages = messages_of(prompt)
-        if messages is None:
-            messages = [{"role": "user", "content": prompt}]
-        roles = [m["role"] for m in messages]
-        plain = all(set(m) == {"role", "content"} for m in messages)
-        if not plain or roles not in (["user"], ["system", "user"]):
+        messages = _messages(prompt)
+        said = _learned_prompt(prompt, messages)
+        if said is None:
+            self.cache.ledger.add(UNTABLED_KEY, {"unrecognised": 1})
             return None, messages
-        user = messages[-1]["content"]
-        system = messages[0]["content"] if len(messages) == 2 else None
+        user, system = said
         if self.templates is not None:
             # A declared template's fill is stripped text (PromptTemplate.fill), and framework
             # templates often end in white space ("Rating: "): compared stripped.
@@ -302,28 +336,34 @@ class LLMCache(BaseCache):
                 return options, messages
         if self.learner is not None:
             with carried_by(self):  # a subclass's lookup is not the call's code site
-                return self.learner.options(user, system, self.default_agent), messages
+                options = self.learner.options(user, system, self.default_agent)
+                if isinstance(self.learner, TemplateLearner):
+                    # Its answer is filed under the template that files it once one is
+                    # learned, or changed (llmcache/_late.py).
+                    if options is None:
+                        self._late.expect((user, system), current_site())
+                    else:
+                        site = options.metadata.get("site")
+                        self._late.expect((user, system), site, options.category)
+                if options is None:
+                    self.cache.ledger.add(UNTABLED_KEY, {"learning": 1})
+            return options, messages
+        self.cache.ledger.add(UNTABLED_KEY, {"unrecognised": 1})
         return None, messages
 
     def _start(
         self, prompt: str, llm_string: str, *, collect: bool = False
     ) -> tuple[StreamedCall | None, bool]:
         """The call a prompt makes (``None`` when it passes through), and whether it is chat."""
-        options, messages = self.file(prompt)
+        options, _ = self.file(prompt)
         chat = messages_of(prompt) is not None
         if options is None:
-            self.cache.ledger.add(UNTABLED_KEY, {"unrecognised": 1})
             return None, chat
         if collect:
             options = options.model_copy(update={"mode": Mode.COLLECT})
-        # llm_string is keyed as a request parameter is (hashed into the table's key, never
-        # stored in clear): it carries the model, its sampling parameters and its stop words.
-        kwargs = {
-            "model": model_of(llm_string),
-            "messages": messages,
-            "llm_string": keyed_llm_string(llm_string),
-        }
-        started = start_streamed_call(self.cache, kwargs, options, _no_model_call)
+        started = start_streamed_call(
+            self.cache, _request(prompt, llm_string), options, _no_model_call
+        )
         return started, chat
 
     # -- BaseCache ---------------------------------------------------------------------------
@@ -349,13 +389,35 @@ class LLMCache(BaseCache):
         if not found:
             # Given an answer it did not look up (a cache being filled): stored as collected.
             started, _ = self._start(prompt, llm_string, collect=True)
-        if started is None:
+        if started is not None:
+            if text is None:
+                self.last_info = started.finish(None, complete=False)
+            else:
+                answer = _answer(
+                    str(started.request.get("model", "")), text, _usage_of(return_val[0])
+                )
+                self.last_info = started.finish(answer, complete=True)
+        if text is not None:
+            self._keep(prompt, llm_string, text, _usage_of(return_val[0]))
+
+    def _keep(self, prompt: str, llm_string: str, text: str, usage: CompletionUsage | None) -> None:
+        """The model's answer to a call the learner handled: kept, and the kept answers a
+        template learned or changed since files under another name filed under it
+        (``llmcache/_late.py``)."""
+        learner = self.learner
+        said = _learned_prompt(prompt)
+        if not isinstance(learner, TemplateLearner) or said is None:
             return
-        if text is None:
-            self.last_info = started.finish(None, complete=False)
+        self._late.answered(said, (prompt, llm_string, text, usage))
+        if not self._late.ready(learner):
             return
-        answer = _answer(str(started.request.get("model", "")), text, _usage_of(return_val[0]))
-        self.last_info = started.finish(answer, complete=True)
+        filed = 0
+        for (asked, llm, answer, spent), options in self._late.due(learner, self.default_agent):
+            kwargs = _request(asked, llm)
+            completion = _answer(str(kwargs["model"]), answer, spent)
+            filed += file_paid(self.cache, kwargs, options, completion) is not None
+        if filed:
+            self.cache.ledger.add(UNTABLED_KEY, {"filed_late": filed})
 
     def _heard(self, prompt: str, answer: str) -> None:
         """Tell the learner the model's answer to ``prompt``, filed or passed through."""
@@ -443,8 +505,6 @@ def _open_learner(learner: PromptFiler | bool) -> PromptFiler | None:
     if learner is False:
         return None
     if learner is True:
-        from ._learn import TemplateLearner
-
         made: PromptFiler = TemplateLearner()
         return made
     return learner

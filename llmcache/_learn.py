@@ -139,7 +139,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ._errors import ConfigurationError
 from ._learned_file import SavedTemplate, read_learned, write_learned
-from ._site import current_site
+from ._site import current_site, names_code
 from ._slots import looks_dated
 from ._template import COMMENT_MARKER, PromptTemplate
 from ._types import CacheOptions, EmbedMode
@@ -988,6 +988,9 @@ class TemplateLearner:
         #: Learned templates widened in place: a word or two their first prompts all held by
         #: chance made a slot (``_widen``).
         self.widened = 0
+        #: Templates learned (or widened) in this process: a count that changes whenever
+        #: prompts passed through before may fit a template now (``llmcache/_late.py``).
+        self.learned = 0
         #: Where learned templates are kept between processes (``None``: nowhere).
         self.path = Path(path) if path is not None else None
         # Templates this learner replaced (superseded or evicted): not written back.
@@ -1127,7 +1130,7 @@ class TemplateLearner:
             if found is None and learn:
                 # Learning only: a filed prompt is parsed from its text, whatever it quotes.
                 read = read.quoting(self._answers)
-                found = self._widen(fitting, read)
+                found = self._widen(fitting, read, site)
             if found is None:
                 if learn:
                     self.passed += 1
@@ -1145,12 +1148,20 @@ class TemplateLearner:
             template = frozen.template
         return _options(template, values, agent, site)
 
-    def _widen(self, fitting: list[int], read: _Prompt) -> tuple[int, dict[str, str]] | None:
+    def _widen(
+        self, fitting: list[int], read: _Prompt, site: str | None
+    ) -> tuple[int, dict[str, str]] | None:
         """A learned template this prompt fits but for fewer than ``VALUE_BREAK`` words (and the
         marks beside them) that every prompt it was learned from happened to hold (an agent's
         name in each of the first observations, the month of the first days): made a slot
         there, in place, and the prompt filed under it. Anything more is left to learning a
-        template anew."""
+        template anew. Such words lie in or beside a slot. Elsewhere in the template's text
+        (a new slot) only one name, for a prompt of the code that made the template
+        (``names_code``): "the relationship between Tommie and {entity}" where the next
+        agent's prompt names Eve, "What is the Tommie doing ...? The Tommie is" where the next
+        observation is of a dog. One line of code builds one template, so the name its prompts
+        differ in is a value; by the text alone (the proxy), or for other words, two
+        templates alike but for a word or two could be one."""
         present = read.bag.keys()
         # Only a template all but a few of whose words the prompt holds can be widened to it:
         # a set difference rules the rest out before any alignment (a bounded cost).
@@ -1161,19 +1172,32 @@ class TemplateLearner:
             and len(template.bag.keys() - present) < VALUE_BREAK
             and read.system == (_SEP in template.elements)
         ]
+        own = names_code(site)
         for key in near[:MAX_ALIGNED]:
             template = self._frozen[key]
             merged = _merge(template.elements, read.tokens)
+            # The words given up: at its own code site, one name (a capitalised word) the
+            # template's text holds, however often (an entity's, in the question and in its
+            # answer's lead), is a value.
+            lost = template.bag - _bag(merged.elements)
+            named = own and template.site == site and len(lost) == 1 and _capitalised(lost)
             if (
                 merged.apart(read.system)
-                or template.bag.total() - merged.kept >= VALUE_BREAK
+                or (1 if named else lost.total()) >= VALUE_BREAK
                 or merged.inserted
                 or merged.kept < KEEP_SHARE * template.bag.total()
                 # A chance word lies in or beside a slot: widening it fuses slots or extends
                 # one, never makes a new slot of the template's other text (but in a labelled
                 # line's value: "Current time: Monday, ...", the day of the first prompts).
-                or (merged.elements.count(_GAP) > template.elements.count(_GAP) and merged.lost > 0)
-                or _keys(merged.elements) != template.keys
+                or (
+                    merged.elements.count(_GAP) > template.elements.count(_GAP)
+                    and merged.lost > 0
+                    and not named
+                )
+                # Its ends index it: they stay, but at its own code site (re-indexed below),
+                # where one at least stays fixed text.
+                or (_keys(merged.elements) != template.keys and not named)
+                or _keys(merged.elements) == (None, None)
             ):
                 continue
             frozen = _frozen(merged.elements, name_of=self._name)
@@ -1182,13 +1206,16 @@ class TemplateLearner:
                 continue
             self._dropped.add(_saved_tokens(template.elements))
             frozen.filed = template.frozen.filed if template.frozen is not None else 0
+            self._unindex(key, template)
             template.elements, template.bag, template.frozen = (
                 merged.elements,
                 _bag(merged.elements),
                 frozen,
             )
+            self._index(key, template)
             self._dropped.discard(_saved_tokens(template.elements))
             self.widened += 1
+            self.learned += 1
             self._save()
             return key, values
         return None
@@ -1353,6 +1380,7 @@ class TemplateLearner:
             return
         template.frozen = frozen
         self._frozen[key] = template
+        self.learned += 1
         self._dropped.discard(_saved_tokens(template.elements))
         while len(self._frozen) > self.max_templates:
             old, gone = self._frozen.popitem(last=False)
@@ -1417,6 +1445,11 @@ class TemplateLearner:
                 if not index[sig]:
                     del index[sig]
         self._others.discard(key)
+
+
+def _capitalised(words: Counter[str]) -> bool:
+    """Whether every word is a name's (begins with a capital letter)."""
+    return all(w[:1].isupper() for w in words)
 
 
 def _frozen(elements: list[_Element], *, name_of: Callable[[str], str]) -> _Frozen | None:

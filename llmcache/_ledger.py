@@ -167,6 +167,7 @@ def untabled_counts(counters: Mapping[str, Mapping[str, float]]) -> dict[str, An
     return {
         "unrecognised": int(untabled.get("unrecognised", 0)),
         "learning": int(untabled.get("learning", 0)),
+        "filed_late": int(untabled.get("filed_late", 0)),
         "learned": sorted(learned.values(), key=lambda t: -t.calls),
     }
 
@@ -436,6 +437,9 @@ class CacheStats(BaseModel):
     #: Calls without cache options that a template learner (``learn_templates=True``) passed
     #: through uncached: their template was still being learned (or they fit none).
     learning: int = 0
+    #: Of those, the answers filed once their template was learned (``llmcache/_late.py``):
+    #: paid for while it was learned, kept for later calls to be served.
+    filed_late: int = 0
     #: The templates learned from the traffic, most called first.
     learned: list[LearnedTemplateStats] = Field(default_factory=list)
     limits: Limits | None = None
@@ -555,7 +559,7 @@ class CacheStats(BaseModel):
             )
         if self.learned or self.learning:
             # Only when templates are learned: the table above stays the whole output otherwise.
-            lines += _learned_lines(self.learned, self.learning)
+            lines += _learned_lines(self.learned, self.learning, self.filed_late)
         if self.limits is not None and self.limits.bounded:
             # Only for a bounded cache: the table above stays the whole output otherwise.
             lines.append(
@@ -578,7 +582,9 @@ def _leading_lines(rows: Sequence[TableStats]) -> list[str]:
     return lines
 
 
-def _learned_lines(learned: Sequence[LearnedTemplateStats], learning: int) -> list[str]:
+def _learned_lines(
+    learned: Sequence[LearnedTemplateStats], learning: int, filed_late: int
+) -> list[str]:
     """The learned templates' rows of :meth:`CacheStats.render`."""
     lines = [
         f"{'learned template':<26} {'calls':>7} {'hits':>6} partitioning slots; "
@@ -591,7 +597,8 @@ def _learned_lines(learned: Sequence[LearnedTemplateStats], learning: int) -> li
             f"{', '.join(template.embedded_slots) or '-'}; {template.text}"
         )
     lines.append(
-        f"learning: {learning} calls passed through uncached while their template was being learned"
+        f"learning: {learning} calls passed through uncached while their template was being "
+        f"learned; {filed_late} of their answers filed once it was learned"
     )
     return lines
 

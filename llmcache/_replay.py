@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import random
 import tempfile
@@ -587,6 +588,8 @@ def replay(
     clock_now = [0.0]
     results: list[CallResult] = []
     owners: dict[tuple[str | None, int | None], str] = {}
+    # The agent of each prompt answered by the model (by its messages).
+    passed: dict[str, str] = {}
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         where = (
@@ -617,13 +620,37 @@ def replay(
                 entry = (info.partition_key, info.entry_id)
                 if info.outcome != "hit" and info.entry_id is not None:
                     owners[entry] = call.agent
-                served_from = owners.get(entry) if info.outcome == "hit" else None
+                if info.outcome != "hit":
+                    # Its answer may be filed (again) once its template is learned or changed
+                    # (llmcache/_late.py): a hit on that entry is known by the prompt it holds.
+                    passed.setdefault(_asked(call.messages), call.agent)
+                served_from = (
+                    owners.get(entry) or _filed_late_by(cache, entry, passed)
+                    if info.outcome == "hit"
+                    else None
+                )
                 baseline = prices.cost(call.model, _usage(call))
                 equivalence = equivalences[call.category]
                 results.append(_result(index, call, text, info, equivalence, served_from, baseline))
     return report_of(results, calls, equivalences, skipped=skipped, seed=seed).model_copy(
         update={"seconds": time.perf_counter() - started}
     )
+
+
+def _asked(messages: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(messages), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _filed_late_by(
+    cache: SemanticCache, entry: tuple[str | None, int | None], passed: Mapping[str, str]
+) -> str | None:
+    """Whose call a hit's entry answered, when its answer was filed late (passed through while
+    its template was learned, or filed before it changed): read from the prompt it holds."""
+    key, entry_id = entry
+    if key is None or entry_id is None or not passed:
+        return None
+    stored = cache.backend.get(key, entry_id)
+    return passed.get(_asked(stored.messages)) if stored is not None else None
 
 
 def _result(

@@ -29,10 +29,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 
-__all__ = ["carried_by", "code_site", "current_site"]
+__all__ = ["TEXT_ALONE", "carried_by", "code_site", "current_site", "names_code", "text_alone"]
+
+#: The one site of calls learned by their text alone (:func:`text_alone`: the proxy's requests,
+#: which carry no stack): it stands for no code. (A replay of calls recorded through the proxy
+#: names them so too: their recorded site.)
+TEXT_ALONE = "proxy"
 
 # Packages that carry a call to the model without building its prompt: a frame of theirs is
 # never the site. (``langchain`` matches ``langchain.chains``, never ``langchain_experimental``:
@@ -78,6 +83,14 @@ def code_site(name: str) -> Iterator[None]:
         _NAMED.reset(token)
 
 
+def text_alone() -> AbstractContextManager[None]:
+    """Learn the calls made inside by their text alone, as one site that stands for no code
+    (what the proxy does with every request: it carries no stack). Two templates alike but
+    for a word or two are then never made one (``TemplateLearner`` widens a learned template
+    to a new slot only at the code that made it)."""
+    return code_site(TEXT_ALONE)
+
+
 @contextmanager
 def carried_by(carrier: object) -> Iterator[None]:
     """Inside, a frame of a method of ``carrier`` (a cache, a client; a subclass of theirs
@@ -107,6 +120,13 @@ def current_site() -> str | None:
             return f"{module}:{getattr(code, 'co_qualname', code.co_name)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+def names_code(site: str | None) -> bool:
+    """Whether ``site`` stands for the code that built a prompt (read from the stack, or named
+    by ``code_site``), so that two prompts of it are one template's by construction; not for
+    no site, nor for the proxy's one site of every request (:data:`TEXT_ALONE`)."""
+    return site is not None and site != TEXT_ALONE
 
 
 def _carries(module: str) -> bool:

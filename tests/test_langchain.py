@@ -89,12 +89,27 @@ def _text(generations: Any) -> str:
     return str(generations[0].text)
 
 
-def test_a_lookup_in_an_empty_table_misses(lc_cache: LLMCache) -> None:
-    assert lc_cache.lookup(_chat_prompt("Tommie", "sees the new home"), LLM_A) is None
-    lc_cache.update(_chat_prompt("Tommie", "sees the new home"), LLM_A, [Generation(text="4")])
+def test_a_lookup_near_no_stored_answer_misses(lc_cache: LLMCache) -> None:
+    prompt = _chat_prompt("Tommie", "quarterly tax forms overflow the drawer")
+    assert lc_cache.lookup(prompt, LLM_A) is None
+    lc_cache.update(prompt, LLM_A, [Generation(text="4")])
     assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "miss"
     # Filed under the template learned from the warm-up's calls (named by its text).
     assert lc_cache.last_info.category.startswith("learned_")
+
+
+def test_answers_passed_through_while_learning_are_filed_once_the_template_is_learned(
+    lc_cache: LLMCache,
+) -> None:
+    # The warm-up's calls all passed through until the template was learned; their answers
+    # were then filed under it, so the first of them asked again is served.
+    stats = lc_cache.stats()
+    assert stats.learning > 0 and stats.filed_late == stats.learning
+    first = _chat_prompt("Tommie", WARM_UP[0])
+    assert _text(lc_cache.lookup(first, LLM_A)) == "1"
+    assert lc_cache.last_info is not None and lc_cache.last_info.outcome == "hit"
+    # Another model's table holds none of them.
+    assert lc_cache.lookup(first, LLM_B) is None
 
 
 def test_an_update_is_served_to_the_same_prompt_as_a_chat_generation(lc_cache: LLMCache) -> None:
@@ -115,18 +130,18 @@ def test_a_paraphrased_slot_value_is_a_semantic_hit_once_the_learner_is_confiden
         learner=TemplateLearner(),
     )
     first = _chat_prompt("Tommie", "The road is noisy at night")
-    # Not yet learned: passed through, counted, and its answer is not stored.
+    # Not yet learned: passed through, counted, and its answer not stored yet.
     assert cache.lookup(first, LLM_A) is None and cache.last_info is None
     cache.update(first, LLM_A, [Generation(text="2")])
-    assert cache.stats().unrecognised == 1
+    assert cache.stats().learning == 1 and cache.stats().unrecognised == 0
     assert not cache.cache.partitions()
     # Learned once confident; a memory that keeps taking new values is what gets embedded.
+    # The first call's answer, paid while the template was learned, is then filed under it.
     _confident(cache)
     # A slot is embedded once it has shown 16 distinct values in the table (before, it must
     # match exactly, as a slot that names the caller does): more calls about new memories.
     _confident(cache, memories=[f"{m} and then {n}" for m, n in itertools.pairwise(WARM_UP)])
-    assert cache.lookup(first, LLM_A) is None
-    cache.update(first, LLM_A, [Generation(text="2")])
+    assert _text(cache.lookup(first, LLM_A)) == "2"
     served = cache.lookup(_chat_prompt("Tommie", "The road is very noisy at night"), LLM_A)
     assert _text(served) == "2"
     assert cache.last_info is not None and cache.last_info.similarity is not None
@@ -160,7 +175,7 @@ def test_clear_removes_every_answer(lc_cache: LLMCache) -> None:
 
 
 def test_what_the_learner_passes_through_is_counted_and_never_stored(lc_cache: LLMCache) -> None:
-    before = lc_cache.stats().unrecognised
+    before, learning = lc_cache.stats().unrecognised, lc_cache.stats().learning
     tables = lc_cache.cache.partitions()
     prompt = dumps([HumanMessage(content="Tell me a joke about cats.")])
     for _ in range(2):
@@ -169,7 +184,9 @@ def test_what_the_learner_passes_through_is_counted_and_never_stored(lc_cache: L
     # Several messages, or a system message after the user's, are never one template's prompt.
     turns = dumps([HumanMessage(content="hi"), AIMessage(content="yo"), HumanMessage(content="x")])
     assert lc_cache.lookup(turns, LLM_A) is None
-    assert lc_cache.stats().unrecognised == before + 3
+    # The joke fits no template (learning); the turns are no prompt a template can hold.
+    assert lc_cache.stats().learning == learning + 2
+    assert lc_cache.stats().unrecognised == before + 1
     assert lc_cache.cache.partitions() == tables
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -30,6 +31,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_openai import ChatOpenAI
 
 from llmcache import CacheConfig, CachedLLM, SemanticCache
+from llmcache._langchain import _messages
 from llmcache.langchain import LLMCache
 from llmcache.templates import TemplateLearner
 from llmcache.testing import FakeOpenAI, HashEmbedder
@@ -99,6 +101,9 @@ class RecordingCache(LLMCache):
         super().__init__(*args, **kwargs)
         self.filed: list[tuple[str, str, int | None, str]] = []  # (table, outcome, entry, text)
         self.stored: dict[tuple[str, int], int] = {}  # entry -> index of the call that stored it
+        # A call the model answered, by its messages: its answer may be filed again, once its
+        # template is learned or changed (llmcache/_late.py), with no update of its own.
+        self.passed: dict[str, int] = {}
 
     def lookup(self, prompt: str, llm_string: str) -> Any:
         served = super().lookup(prompt, llm_string)
@@ -115,6 +120,17 @@ class RecordingCache(LLMCache):
         info = self.last_info
         if info is not None and info.entry_id is not None and info.outcome == "miss":
             self.stored[(info.partition_key, info.entry_id)] = len(self.filed) - 1
+        if self.filed and self.filed[-1][1] in ("pass", "miss"):
+            self.passed.setdefault(json.dumps(_messages(prompt)), len(self.filed) - 1)
+
+    def origin(self, table: str, entry: int) -> int:
+        """The index of the call whose answer ``entry`` holds: stored by its miss, or filed
+        late from its pass-through."""
+        if (table, entry) in self.stored:
+            return self.stored[(table, entry)]
+        stored = self.cache.backend.get(table, entry)
+        assert stored is not None
+        return self.passed[json.dumps(stored.messages)]
 
 
 def _learner() -> TemplateLearner:
@@ -170,7 +186,7 @@ def test_path_a_set_llm_cache_files_the_framework_under_learned_templates(tmp_pa
         if outcome != "hit":
             continue
         assert entry is not None
-        origin = calls[cache.stored[(table, entry)]]
+        origin = calls[cache.origin(table, entry)]
         assert (origin.agent, origin.site) == (calls[i].agent, calls[i].site)
     # The importance site alone made more than the learner needs to be confident.
     importance = [c for c in calls if c.site.startswith("_score_memory_importance")]

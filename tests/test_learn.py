@@ -21,7 +21,7 @@ from llmcache import AsyncCachedLLM, CacheConfig, CachedLLM, SemanticCache
 from llmcache._learn import CONFIDENT_CALLS
 from llmcache._slots import SlotBook, exact_differs
 from llmcache.replay import ReplayCall, replay
-from llmcache.templates import TemplateLearner, TemplateSet, code_site
+from llmcache.templates import TemplateLearner, TemplateSet, code_site, text_alone
 from llmcache.testing import AsyncFakeOpenAI, FakeOpenAI, HashEmbedder
 
 # Fixed text and slot values share a few common words, as prose does.
@@ -538,6 +538,9 @@ def test_the_proxy_learns_templates_behind_its_switch(tmp_path: Path) -> None:
     assert dict(calls[0][1])["text"].startswith("On the scale of 1 to 10")
     passed = samples[("llmcache_learning_passed_total", ())]
     assert passed == outcomes.count("pass") and passed >= CONFIDENT_CALLS
+    # Each of their answers was filed once the template was learned (the proxy sends a call
+    # the learner passed on with cache=False: its answer is the call's all the same).
+    assert samples[("llmcache_learning_filed_late_total", ())] == passed
     # Off by default: every request without options passes through.
     outcomes, _, _ = served(False, "off")
     assert set(outcomes) == {"pass"}
@@ -666,6 +669,40 @@ def test_a_word_every_first_prompt_held_by_chance_is_widened_to_a_slot_in_place(
     # Text the template's prompts never held is no coincidence: never widened.
     assert learner.options("What is the observed thing in the following story? x\nEntity=") is None
     assert learner.widened == 1
+
+
+def test_a_name_in_a_template_s_text_is_a_value_at_the_code_that_made_it_only() -> None:
+    """A name the template's text holds (Tommie's, in each of its first prompts) and the next
+    agent's prompt replaces: at the code that made the template, a value (one line of code
+    builds one template), widened to a slot in place and filed; by the text alone (the
+    proxy), where two templates alike but for a word could be one, it is learned apart."""
+
+    def asked(agent: str, entity: str) -> str:
+        return (
+            f"What is the {agent} doing? The {agent} is near {entity}.\n"
+            f"What is the relationship between {agent} and {entity}?\nAnswer in one line."
+        )
+
+    for where, filed in ((code_site("the agent's chain"), True), (text_alone(), False)):
+        learner = TemplateLearner()
+        with where:
+            for i in range(20):
+                learner.options(asked("Tommie", f"{VALUES[i]} {VALUES[i + 40]}"))
+            (before,) = learner.templates()
+            assert before.text.count("Tommie") == 3
+            options = learner.options(asked("Eve", "the kettle"))
+            assert (options is not None) == filed and learner.widened == filed
+            if filed:
+                assert options is not None and options.slots is not None
+                assert sorted(options.slots.values()) == [
+                    "Eve",
+                    "Eve",
+                    "Eve",
+                    "the kettle",
+                    "the kettle",
+                ]
+                # Lower-case words of its text are instructions, never widened.
+                assert learner.options(asked("Eve", "x").replace("relationship", "tie")) is None
 
 
 def test_agents_personas_in_labelled_lines_make_one_template_and_a_label_s_next_line_a_value() -> (
@@ -942,3 +979,72 @@ def test_the_quick_check_for_lists_never_skips_a_list() -> None:
         tokens = _TOKEN.findall(text)
         checked, read = _listed(tokens, text), _listed(tokens, ";")  # ";": always read
         assert [(type(t), str(t)) for t in checked] == [(type(t), str(t)) for t in read], text
+
+
+def test_answers_paid_while_a_template_is_learned_are_filed_once_it_is(tmp_path: Path) -> None:
+    client, fake = _client(tmp_path, learn_templates=True)
+    create = client.chat.completions.create
+    # An opted-out call is never kept, whatever the learner learns later.
+    create(model="m", messages=_user(_importance("Ann", "an opted-out memory")), cache=False)
+    for i in range(40):
+        create(model="m", messages=_user(_importance(("Ann", "Bob")[i % 2], VALUES[i])))
+    stats = client.cache.stats()
+    # Every call the learner passed through fitted the template it then learned: each answer
+    # was filed under it, so the first of them, asked again, is served without a model call.
+    assert stats.learning >= CONFIDENT_CALLS and stats.filed_late == stats.learning
+    assert "of their answers filed once it was learned" in stats.render()
+    before = len(fake.calls)
+    ask = client.chat.completions.create_with_info
+    _, info = ask(model="m", messages=_user(_importance("Ann", VALUES[0])))
+    assert info.outcome == "hit" and len(fake.calls) == before
+    # Never another agent's: Bob's prompt of Ann's first memory is a miss.
+    _, bob = ask(model="m", messages=_user(_importance("Bob", VALUES[0])))
+    assert bob.outcome == "miss"
+    _, opted = ask(model="m", messages=_user(_importance("Ann", "an opted-out memory")))
+    assert opted.outcome == "miss"
+
+
+def test_the_async_client_and_the_raw_surface_file_late_answers_too(tmp_path: Path) -> None:
+    cache = SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64))
+    client = AsyncCachedLLM(AsyncFakeOpenAI(), cache=cache, learn_templates=True)
+
+    async def run() -> str:
+        raw = client.chat.completions.with_raw_response
+        for i in range(40):
+            await raw.create(
+                model="m", messages=_user(_importance(("Ann", "Bob")[i % 2], VALUES[i]))
+            )
+        _, info = await client.chat.completions.create_with_info(
+            model="m", messages=_user(_importance("Ann", VALUES[0]))
+        )
+        return info.outcome
+
+    assert asyncio.run(run()) == "hit"
+    assert cache.stats().filed_late == cache.stats().learning > 0
+
+
+def test_a_late_answer_that_cannot_be_embedded_is_logged_never_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    client, _ = _client(tmp_path, learn_templates=True)
+    embed = client.cache.embedder.embed
+
+    def broken(texts: Any) -> Any:
+        raise RuntimeError("embedder down")
+
+    client.cache.embedder.embed = broken  # type: ignore[method-assign]
+    create = client.chat.completions.create
+    assert client.learner is not None
+    calls = 0
+    while client.learner.learned == 0 and calls < 40:
+        # The call that makes the template learned files the answers kept: none can be
+        # embedded now, and that call still returns its answer.
+        reply = create(
+            model="m", messages=_user(_importance(("Ann", "Bob")[calls % 2], VALUES[calls]))
+        )
+        assert reply.choices[0].message.content
+        calls += 1
+    assert client.learner.learned == 1
+    assert client.cache.stats().filed_late == 0
+    assert "could not file an answer paid for while learning" in caplog.text
+    client.cache.embedder.embed = embed  # type: ignore[method-assign]

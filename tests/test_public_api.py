@@ -61,6 +61,7 @@ SURFACE: dict[str, set[str]] = {
         "TemplateSet",
         "code_site",
         "load_templates",
+        "text_alone",
     },
     "llmcache.embedders": {
         "BatchingEmbedder",

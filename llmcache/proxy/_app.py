@@ -42,7 +42,7 @@ from starlette.types import Receive, Scope, Send
 from .. import AsyncCachedLLM, CacheOptions, CacheStats, CallInfo, SemanticCache
 from ..errors import ConfigurationError, InvalidResponseError, LLMCacheError
 from ..llm import LLMConnection
-from ..templates import TemplateLearner, code_site
+from ..templates import TemplateLearner, text_alone
 from ._calls import (
     CHAT,
     COMPLETIONS,
@@ -451,7 +451,7 @@ def _filed_by_text(resource: Any, kwargs: dict[str, Any]) -> CacheOptions | None
     """A request's options, recognised or learned from. A request carries no stack, so every
     request is one code site to the learner: templates are told apart by their text alone
     (``llmcache/_site.py``), whatever frames a server or its instrumentation runs it in."""
-    with code_site("proxy"):
+    with text_alone():
         found: CacheOptions | None = resource.file_call(**kwargs)
         return found
 

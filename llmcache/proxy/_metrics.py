@@ -199,6 +199,11 @@ def _learned_figures(stats: CacheStats) -> Iterator[Metric]:
         "Calls without cache options passed through uncached while their template was learned",
         value=float(stats.learning),
     )
+    yield CounterMetricFamily(
+        "llmcache_learning_filed_late",
+        "Answers of calls passed through while their template was learned, filed once it was",
+        value=float(stats.filed_late),
+    )
 
 
 class _CacheCollector(Collector):
