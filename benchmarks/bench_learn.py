@@ -6,7 +6,9 @@ their own, the agent's name in one or two slots, an observation and a time; a th
 with a slot), sends every template's prompts interleaved at random (across templates and
 agents) until each is learned, then times ``TemplateLearner.options`` on fresh prompts of
 the learned templates (the steady state: recognised and filed) and prints p50/p99 per prompt,
-with how many were filed under the template they came from. The memory is read by
+with how many were filed under the template they came from; then learns ``--new`` more
+templates beside the learned ones (a new code path's prompts in a long run) and prints the
+time of the prompts learned from. The memory is read by
 ``tracemalloc``: held once the templates are learned, and after a flood of prompts that
 share no template (the bound: ``max_templates + max_learning`` templates of at most
 ``max_prompt_chars`` characters each).
@@ -62,11 +64,38 @@ def fill(pieces: list[str], rng: random.Random) -> str:
     return "".join(p + v for p, v in zip(pieces, [*values, ""], strict=True)).strip()
 
 
+def _new_beside_learned(
+    learner: TemplateLearner, first: int, n: int, rng: random.Random
+) -> np.ndarray:
+    """The times (ms) of the prompts learned from while ``n`` new templates are learned, their
+    prompts interleaved, beside the templates learned already (the steady state of a long
+    run: a new code path's prompts, while the rest are filed)."""
+    templates = [make_template(first + i, rng) for i in range(n)]
+    times: list[float] = []
+    for _ in range(40):
+        order = list(range(n))
+        rng.shuffle(order)
+        passed = 0
+        for i in order:
+            prompt = fill(templates[i], rng)
+            started = time.perf_counter()
+            filed = learner.options(prompt)
+            if filed is None:
+                times.append(time.perf_counter() - started)
+                passed += 1
+        if not passed:
+            break
+    return np.asarray(times) * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--templates", type=int, default=1000)
     parser.add_argument("--prompts", type=int, default=5000, help="prompts timed once learned")
     parser.add_argument("--flood", type=int, default=5000, help="prompts of no template")
+    parser.add_argument(
+        "--new", type=int, default=20, help="templates learned once the others are learned"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--memory",
@@ -98,6 +127,7 @@ def main() -> None:
                 passed_times.append(learning_times[-1])
             sent += 1
     learned = len(learner.templates())
+    passed_learning = learner.passed
     held_learned, _ = tracemalloc.get_traced_memory()
     # The steady state: fresh prompts of the learned templates, filed.
     cases = [
@@ -110,6 +140,7 @@ def main() -> None:
         options = learner.options(prompt)
         times.append(time.perf_counter() - started)
         by_template.setdefault(i, Counter())[options.template if options else None] += 1
+    new_ms = _new_beside_learned(learner, args.templates, args.new, rng)
     filed = sum(n for c in by_template.values() for k, n in c.items() if k is not None)
     owners: dict[str, Counter[int]] = {}
     for i, c in by_template.items():
@@ -129,7 +160,7 @@ def main() -> None:
     print(
         f"{args.templates} templates learned {learned} after {sent} prompts "
         f"({sent / args.templates:.1f} per template; passed through while learning: "
-        f"{learner.passed - args.flood if learner.passed >= args.flood else learner.passed})"
+        f"{passed_learning})"
     )
     passed_ms = np.asarray(passed_times) * 1000
     print(
@@ -143,6 +174,12 @@ def main() -> None:
         f"p95 {np.percentile(ms, 95):.3f} ms  p99 {np.percentile(ms, 99):.3f} ms per prompt"
     )
     print(f"filed: {filed}/{len(cases)}; filed under another template's: {mixed}")
+    if len(new_ms):
+        print(
+            f"{args.new} new templates learned beside {learned} learned ones: "
+            f"{len(new_ms)} prompts learned from (passed through): p50 "
+            f"{np.percentile(new_ms, 50):.3f} ms  p99 {np.percentile(new_ms, 99):.3f} ms"
+        )
     bound = (learner.max_templates + learner.max_learning) * learner.max_prompt_chars
     # The text the learner holds (its templates' fixed text), and the process's peak size.
     held = [*learner._frozen.values(), *learner._learning.values()]

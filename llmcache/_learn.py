@@ -62,7 +62,11 @@ its own. So this module aligns with gaps instead:
   that fits it but for fewer than ``VALUE_BREAK`` words its first prompts all held by chance
   in or beside a slot (an agent's name in each early observation, the day of the first calls
   in "Current time: ...") widens it there in place and is filed (``_widen``; its tables are
-  then new ones, as a template's text names its tables).
+  then new ones, as a template's text names its tables, and the answers filed under the old
+  ones are filed again under them: ``llmcache/_late.py``); so does, at the code site that made
+  it, a prompt that differs from it in one name its text holds, wherever (Tommie's in "What is
+  the relationship between Tommie and {entity}?", once Eve asks): one line of code builds one
+  template, so the name is a value.
 
 Safety. A frozen template files a prompt only when the prompt is exactly its fixed text with
 each slot replaced by a value (each literal run found in order, leftmost; the first at the
@@ -586,7 +590,17 @@ def _value_opens(merged: list[_Element], start: int) -> bool:
     return _alone(merged[_line_start(merged, start - 1) : start - 1])
 
 
-def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Merged:
+def _block_words(template: list[_Element], blocks: list[tuple[int, int, int]]) -> int:
+    """The words the blocks both hold: what a merge of them can keep at most (its fixed text
+    is theirs, less the values of its labelled lines)."""
+    return sum(_words(template[i : i + n]) for i, _, n in blocks)
+
+
+def _merge(
+    template: list[_Element],
+    tokens: list[_Element] | list[str],
+    blocks: list[tuple[int, int, int]] | None = None,
+) -> _Merged:
     """The template both share (their matching blocks in order, gaps elsewhere), of a template
     and a prompt's tokens, or of two templates. (A full stop or colon alone is kept: it may be
     all that stands between two slots, and one that matched by chance goes at the next
@@ -610,7 +624,9 @@ def _merge(template: list[_Element], tokens: list[_Element] | list[str]) -> _Mer
     # marks of the second text's value.
     lines: dict[int, int] = {}
     # The blocks both hold, then an empty one at both ends: the gap before it is the last.
-    for i, j, n in [*_blocks(template, tokens), (len(template), len(tokens), 0)]:
+    if blocks is None:
+        blocks = _blocks(template, tokens)
+    for i, j, n in [*blocks, (len(template), len(tokens), 0)]:
         if i > at_t or j > at_p:
             span, theirs = template[at_t:i], tokens[at_p:j]
             line = _value_opens(merged, start)
@@ -1344,7 +1360,10 @@ class TemplateLearner:
         joined: list[tuple[int, _Merged]] = []
         for _, key, need in hopeful[:MAX_ALIGNED]:
             template = self._learning[key]
-            merged = _merge(template.elements, tokens)
+            blocks = _blocks(template.elements, tokens)
+            if _block_words(template.elements, blocks) < need:
+                continue  # it could not keep enough: the costly rest of the merge is spared
+            merged = _merge(template.elements, tokens, blocks)
             if merged.kept < need or merged.apart(read.system):
                 continue
             if merged.kept < SHARE * words and _keys(merged.elements) != template.keys:

@@ -47,7 +47,7 @@ from ._learn import TemplateLearner
 from ._ledger import PriceTable
 from ._protocols import Embedder
 from ._replay_calls import ReplayCall, ReplayInput
-from ._site import code_site
+from ._site import code_site, text_alone
 from ._tokens import count_tokens
 from ._types import CacheOptions, CallInfo, EmbedMode, Usage
 
@@ -612,7 +612,7 @@ def replay(
                 try:
                     # Learned under the site the call was recorded from, as the live client
                     # learned it (a recording without sites: one site, the text alone).
-                    with code_site(call.site) if call.site else contextlib.nullcontext():
+                    with code_site(call.site) if call.site else text_alone():
                         text, info = _answer(client, call, options, prices)
                 except LLMCacheError as exc:
                     raise ReplayError(f"call {index} ({call.category}) failed: {exc}") from exc
