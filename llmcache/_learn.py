@@ -380,7 +380,7 @@ def _lines(elements: Sequence[_Element]) -> list[tuple[list[_Element], _Element 
     out: list[tuple[list[_Element], _Element | None]] = []
     line: list[_Element] = []
     for e in elements:
-        if _breaks(e):
+        if type(e) is str and ("\n" in e or e == _SEP):  # _breaks(e), inlined: hot
             out.append((line, e))
             line = []
         else:
@@ -389,10 +389,24 @@ def _lines(elements: Sequence[_Element]) -> list[tuple[list[_Element], _Element 
     return out
 
 
-def _shared(a: Counter[str], b: Counter[str]) -> int:
-    """The words two bags share, counted (``(a & b).total()``, without building the bag: it
-    runs for every template a prompt may join)."""
-    return sum(min(a[w], b[w]) for w in a.keys() & b.keys())
+def _lacks_fewer(words: Counter[str], present: Counter[str], limit: int) -> bool:
+    """Whether fewer than ``limit`` of ``words`` are not ``present`` (stops at the limit)."""
+    lacking = 0
+    for w in words:
+        if w not in present:
+            lacking += 1
+            if lacking >= limit:
+                return False
+    return True
+
+
+def _shared(a: Counter[str], b: Counter[str], common: set[str] | None = None) -> int:
+    """The words two bags share, counted (``(a & b).total()``, without building the bag, in
+    C-level loops: it runs for every template a prompt may join). ``common``: their words
+    in common, when known."""
+    if common is None:
+        common = a.keys() & b.keys()
+    return sum(map(min, map(a.__getitem__, common), map(b.__getitem__, common)))
 
 
 def _keys(elements: list[_Element]) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
@@ -437,8 +451,8 @@ def _blocks(
     words and marks alone: white space recurs everywhere, and aligning on it costs time
     quadratic in a prompt's length; a block is then cut where the white space inside it
     differs, and takes in the white space on its edges where both have the same."""
-    a = [k for k, e in enumerate(template) if not _space(e)]
-    b = [k for k, e in enumerate(tokens) if not _space(e)]
+    a = [k for k, e in enumerate(template) if not (isinstance(e, str) and e.isspace())]
+    b = [k for k, e in enumerate(tokens) if not (isinstance(e, str) and e.isspace())]
     matcher = difflib.SequenceMatcher(
         None, [template[k] for k in a], [tokens[k] for k in b], autojunk=False
     )
@@ -529,7 +543,9 @@ def _rest_of_line(*spans: list[_Element] | list[str]) -> bool:
 def _breaks(e: _Element) -> bool:
     """Whether an element ends a line (the system text ends one too; a list read as one
     token does not, though it holds several)."""
-    return isinstance(e, str) and not isinstance(e, _Whole) and ("\n" in e or e == _SEP)
+    # ``type`` rather than ``isinstance``: a list read as one token (``_Whole``, a str) is
+    # not a line break, and this runs for every element of every text compared.
+    return type(e) is str and ("\n" in e or e == _SEP)
 
 
 def _one_line(span: list[_Element] | list[str]) -> bool:
@@ -1178,14 +1194,15 @@ class TemplateLearner:
         observation is of a dog. One line of code builds one template, so the name its prompts
         differ in is a value; by the text alone (the proxy), or for other words, two
         templates alike but for a word or two could be one."""
-        present = read.bag.keys()
+        present = read.bag
         # Only a template all but a few of whose words the prompt holds can be widened to it:
-        # a set difference rules the rest out before any alignment (a bounded cost).
+        # counting the words it lacks rules the rest out before any alignment (a bounded cost;
+        # most templates that begin alike lack a few words at once).
         near = [
             key
             for key in fitting
             if (template := self._frozen.get(key)) is not None
-            and len(template.bag.keys() - present) < VALUE_BREAK
+            and _lacks_fewer(template.bag, present, VALUE_BREAK)
             and read.system == (_SEP in template.elements)
         ]
         own = names_code(site)
@@ -1347,11 +1364,12 @@ class TemplateLearner:
                 need = min(need, max(KEEP_SHARE * fixed, ANCHORED_WORDS))
             # Each word one holds and the other lacks is a word fewer they can share: a bound
             # from the words both hold, each counted once (cheap), before they are counted.
-            both = len(template.bag.keys() & bag.keys())
+            common = template.bag.keys() & bag.keys()
+            both = len(common)
             most = min(fixed - (len(template.bag) - both), words - (len(bag) - both))
             if most < need:
                 continue
-            shared = _shared(bag, template.bag)
+            shared = _shared(bag, template.bag, common)
             if shared >= need:
                 # Ranked by what it keeps less what it would give up: a template of the same
                 # agent's other prompt shares its persona, but gives up its instructions.
