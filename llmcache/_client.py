@@ -672,7 +672,7 @@ class _Completions(_CompletionsBase):
 
         completion, info = _run(self._owner, send, kwargs, options, shape)
         if method == "create":
-            self._owner._hear(kwargs, completion, fresh=info.outcome == "miss")
+            self._owner._hear(kwargs, completion, fresh=info.outcome in ("miss", "collect"))
         return completion, info
 
 
@@ -905,7 +905,9 @@ class _AsyncCompletions(_CompletionsBase):
 
         completion, info = await _run_async(self._owner, send, kwargs, options, shape)
         if method == "create":
-            await self._owner._hear_async(kwargs, completion, fresh=info.outcome == "miss")
+            await self._owner._hear_async(
+                kwargs, completion, fresh=info.outcome in ("miss", "collect")
+            )
         return completion, info
 
 
