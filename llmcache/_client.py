@@ -270,8 +270,9 @@ class _Base:
         self.default_agent = default_agent
         self.learner: TemplateLearner | None = _open_learner(learn_templates)
         self._described: set[str] = set()
-        # Calls the learner passed through, with their requests and answers, until their
-        # template is learned: then filed (llmcache/_late.py).
+        # Calls the learner handled (passed through, or filed under a learned template), with
+        # their requests and fresh answers: filed under the template that files them once one
+        # is learned or changed (llmcache/_late.py).
         self._late: LateFiling[tuple[dict[str, Any], Any]] = LateFiling()
 
     def file_prompt(self, prompt: Prompt) -> CacheOptions | None:
@@ -304,8 +305,8 @@ class _Base:
 
     def _heard(self, kwargs: dict[str, Any], completion: Any, *, fresh: bool = True) -> bool:
         """Tell the learner a chat call's answer (``TemplateLearner.heard``): a later prompt
-        that quotes it holds it as a value; and keep it when the learner passed its call
-        through (``llmcache/_late.py``). Calls the learner may see only (one user message
+        that quotes it holds it as a value; and keep it when the learner handled its call
+        (``llmcache/_late.py``). Calls the learner may see only (one user message
         after at most one system message), non-streamed; anything else is skipped. Told by the
         chat resource's cached core (``_run``; ``fresh``: the model's own answer, not a hit's)
         and by its pass-throughs. Whether answers kept are now due to be filed
@@ -336,8 +337,8 @@ class _Base:
             await asyncio.to_thread(self._file_late)
 
     def _file_late(self) -> None:
-        """File the answers of calls passed through while learning that a template learned
-        since files (``llmcache/_late.py``), counted as ``filed_late``."""
+        """File the kept answers that a template learned or changed since files under another
+        category than before (``llmcache/_late.py``), counted as ``filed_late``."""
         if self.learner is None:
             return
         filed = 0
@@ -700,7 +701,8 @@ class CachedRawResponse:
 def _hear_raw(owner: _Base, kwargs: dict[str, Any], response: Any) -> bool:
     """Tell the learner the answer of a raw response passed through (openai parses it once and
     keeps what it parsed, so the caller's ``parse()`` reads the same object). One that does not
-    parse is left for the caller's ``parse()`` to report."""
+    parse is left for the caller's ``parse()`` to report. Whether kept answers are now due to
+    be filed (``_Base._file_late``)."""
     if _streams(kwargs) or not callable(getattr(response, "parse", None)):
         return False
     try:

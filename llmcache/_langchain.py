@@ -304,9 +304,9 @@ class LLMCache(BaseCache):
             self.templates = TemplateSet(templates)
         self.learner: PromptFiler | None = _open_learner(learner)
         self.default_agent = default_agent
-        # Calls the learner passed through, with their answers, until their template is
-        # learned: then filed (llmcache/_late.py). Only for the bundled learner, which counts
-        # the templates it learns.
+        # Calls the learner handled, with their fresh answers: filed under the template that
+        # files them once one is learned or changed (llmcache/_late.py). Only for the bundled
+        # learner, which counts the templates it learns and changes.
         self._late: LateFiling[tuple[str, str, str, CompletionUsage | None]] = LateFiling()
         self._lock = threading.Lock()
         self._pending: OrderedDict[int, tuple[tuple[str, str], StreamedCall | None]] = OrderedDict()

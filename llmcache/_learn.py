@@ -1216,7 +1216,7 @@ class TemplateLearner:
             named = own and template.site == site and len(lost) == 1 and _capitalised(lost)
             if (
                 merged.apart(read.system)
-                or (1 if named else lost.total()) >= VALUE_BREAK
+                or (1 if named else template.bag.total() - merged.kept) >= VALUE_BREAK
                 or merged.inserted
                 or merged.kept < KEEP_SHARE * template.bag.total()
                 # A chance word lies in or beside a slot: widening it fuses slots or extends
