@@ -405,8 +405,10 @@ class LLMCache(BaseCache):
         template learned or changed since files under another name filed under it
         (``llmcache/_late.py``)."""
         learner = self.learner
+        if not isinstance(learner, TemplateLearner):
+            return
         said = _learned_prompt(prompt)
-        if not isinstance(learner, TemplateLearner) or said is None:
+        if said is None:
             return
         self._late.answered(said, (prompt, llm_string, text, usage))
         if not self._late.ready(learner):

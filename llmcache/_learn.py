@@ -380,7 +380,7 @@ def _lines(elements: Sequence[_Element]) -> list[tuple[list[_Element], _Element 
     out: list[tuple[list[_Element], _Element | None]] = []
     line: list[_Element] = []
     for e in elements:
-        if type(e) is str and ("\n" in e or e == _SEP):  # _breaks(e), inlined: hot
+        if _breaks(e):
             out.append((line, e))
             line = []
         else:
@@ -451,8 +451,8 @@ def _blocks(
     words and marks alone: white space recurs everywhere, and aligning on it costs time
     quadratic in a prompt's length; a block is then cut where the white space inside it
     differs, and takes in the white space on its edges where both have the same."""
-    a = [k for k, e in enumerate(template) if not (isinstance(e, str) and e.isspace())]
-    b = [k for k, e in enumerate(tokens) if not (isinstance(e, str) and e.isspace())]
+    a = [k for k, e in enumerate(template) if not _space(e)]
+    b = [k for k, e in enumerate(tokens) if not _space(e)]
     matcher = difflib.SequenceMatcher(
         None, [template[k] for k in a], [tokens[k] for k in b], autojunk=False
     )
@@ -1209,11 +1209,12 @@ class TemplateLearner:
         for key in near[:MAX_ALIGNED]:
             template = self._frozen[key]
             merged = _merge(template.elements, read.tokens)
-            # The words given up: at its own code site, one name (a capitalised word) the
-            # template's text holds, however often (an entity's, in the question and in its
-            # answer's lead), is a value.
-            lost = template.bag - _bag(merged.elements)
-            named = own and template.site == site and len(lost) == 1 and _capitalised(lost)
+            # At its own code site, the words given up may be one name (a capitalised word)
+            # the template's text holds, however often (an entity's, in the question and in its
+            # answer's lead): a value.
+            named = (
+                own and template.site == site and _one_name(template.bag - _bag(merged.elements))
+            )
             if (
                 merged.apart(read.system)
                 or (1 if named else template.bag.total() - merged.kept) >= VALUE_BREAK
@@ -1484,9 +1485,9 @@ class TemplateLearner:
         self._others.discard(key)
 
 
-def _capitalised(words: Counter[str]) -> bool:
-    """Whether every word is a name's (begins with a capital letter)."""
-    return all(w[:1].isupper() for w in words)
+def _one_name(words: Counter[str]) -> bool:
+    """Whether the words are one word, a name's (it begins with a capital letter)."""
+    return len(words) == 1 and all(w[:1].isupper() for w in words)
 
 
 def _frozen(elements: list[_Element], *, name_of: Callable[[str], str]) -> _Frozen | None:

@@ -588,8 +588,10 @@ def replay(
     clock_now = [0.0]
     results: list[CallResult] = []
     owners: dict[tuple[str | None, int | None], str] = {}
-    # The agent of each prompt answered by the model (by its messages).
-    passed: dict[str, str] = {}
+    # Learning templates, the agent of each prompt the model answered (by its messages): its
+    # answer may be filed late (llmcache/_late.py), under no entry id of its own call's.
+    asked_by: dict[str, str] = {}
+    learning = learn_templates is not False
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         where = (
@@ -620,15 +622,13 @@ def replay(
                 entry = (info.partition_key, info.entry_id)
                 if info.outcome != "hit" and info.entry_id is not None:
                     owners[entry] = call.agent
-                if info.outcome != "hit":
-                    # Its answer may be filed (again) once its template is learned or changed
-                    # (llmcache/_late.py): a hit on that entry is known by the prompt it holds.
-                    passed.setdefault(_asked(call.messages), call.agent)
-                served_from = (
-                    owners.get(entry) or _filed_late_by(cache, entry, passed)
-                    if info.outcome == "hit"
-                    else None
-                )
+                if learning and info.outcome != "hit":
+                    asked_by.setdefault(_asked(call.messages), call.agent)
+                served_from = None
+                if info.outcome == "hit":
+                    served_from = (
+                        owners[entry] if entry in owners else _filed_late_by(cache, entry, asked_by)
+                    )
                 baseline = prices.cost(call.model, _usage(call))
                 equivalence = equivalences[call.category]
                 results.append(_result(index, call, text, info, equivalence, served_from, baseline))
@@ -642,15 +642,15 @@ def _asked(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _filed_late_by(
-    cache: SemanticCache, entry: tuple[str | None, int | None], passed: Mapping[str, str]
+    cache: SemanticCache, entry: tuple[str | None, int | None], asked_by: Mapping[str, str]
 ) -> str | None:
     """Whose call a hit's entry answered, when its answer was filed late (passed through while
     its template was learned, or filed before it changed): read from the prompt it holds."""
     key, entry_id = entry
-    if key is None or entry_id is None or not passed:
+    if key is None or entry_id is None or not asked_by:
         return None
     stored = cache.backend.get(key, entry_id)
-    return passed.get(_asked(stored.messages)) if stored is not None else None
+    return asked_by.get(_asked(stored.messages)) if stored is not None else None
 
 
 def _result(
