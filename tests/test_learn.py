@@ -1048,3 +1048,34 @@ def test_a_late_answer_that_cannot_be_embedded_is_logged_never_raised(
     assert client.cache.stats().filed_late == 0
     assert "could not file an answer paid for while learning" in caplog.text
     client.cache.embedder.embed = embed  # type: ignore[method-assign]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(["the", "a", "of", ".", ",", ":", "Tommie", "Eve", " ", "\n"])),
+    st.lists(st.sampled_from(["the", "a", "of", ".", ",", ":", "Tommie", "Eve", " ", "\n"])),
+    st.integers(min_value=0, max_value=40),
+)
+def test_the_compiled_aligner_finds_difflib_s_blocks(a: list[str], b: list[str], cut: int) -> None:
+    """The learner aligns with cydifflib's SequenceMatcher, compiled; its templates depend on
+    the blocks found being exactly difflib's (the algorithm they were measured with): on
+    texts of few words that recur (where the longest blocks tie) and on a text and its edit,
+    white space among them."""
+    import difflib
+
+    from llmcache._learn import _Aligner, _blocks, _solid, _whole_blocks
+
+    for second in (b, a[:cut] + b[:5] + a[cut:]):
+        aligner = _Aligner(list(second))
+        found = aligner.blocks(list(a))
+        # One aligner aligns its text with several templates: each alignment is its own.
+        assert aligner.blocks(list(b)) == _blocks(list(b), list(second))
+        assert aligner.blocks(list(a)) == found == _blocks(list(a), list(second))
+        at_a, at_b = _solid(a), _solid(second)
+        matcher = difflib.SequenceMatcher(
+            None, [a[k] for k in at_a], [second[k] for k in at_b], autojunk=False
+        )
+        assert found == _whole_blocks(list(a), at_a, list(second), at_b, matcher)
+        if len(at_a) == len(a) and len(at_b) == len(second):
+            # Neither holds white space: the blocks are difflib's as they are.
+            assert found == [tuple(m) for m in matcher.get_matching_blocks() if m[2]]
