@@ -180,9 +180,10 @@ def main() -> None:
             f"{len(new_ms)} prompts learned from (passed through): p50 "
             f"{np.percentile(new_ms, 50):.3f} ms  p99 {np.percentile(new_ms, 99):.3f} ms"
         )
-    bound = (learner.max_templates + learner.max_learning) * learner.max_prompt_chars
+    most = learner.max_templates + learner.max_learning + learner.max_shadows
+    bound = most * learner.max_prompt_chars
     # The text the learner holds (its templates' fixed text), and the process's peak size.
-    held = [*learner._frozen.values(), *learner._learning.values()]
+    held = [*learner._frozen.values(), *learner._learning.values(), *learner._shadows.values()]
     chars = sum(len(e) for t in held for e in t.elements if isinstance(e, str))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     traced = (
@@ -195,7 +196,8 @@ def main() -> None:
         f"memory: {traced}{chars / 1e6:.2f} M characters of template text held after "
         f"{args.flood} prompts of no template; process peak {rss:.0f} MiB; "
         f"{learner.held()} templates held (bound {learner.max_templates} + "
-        f"{learner.max_learning}, each at most {learner.max_prompt_chars} characters: "
+        f"{learner.max_learning} + {learner.max_shadows} shadows, each at most "
+        f"{learner.max_prompt_chars} characters: "
         f"{bound / 1e6:.0f} M characters)"
     )
 

@@ -55,7 +55,8 @@ its own. So this module aligns with gaps instead:
   the framework's function), because two templates a chain calls one after the other share
   their values (an entity question, then an action question about the same observation) and,
   as text, the shared value looks fixed and the questions like values. Through the proxy,
-  which sees no stack, every call is one site and the text alone tells templates apart;
+  which sees no stack, every call is one site and the text alone tells templates apart (with
+  a seed kept after it is joined, and rules for names and ends: below);
 - a template is learned with confidence once ``CONFIDENT_CALLS`` prompts in a row joined it
   without changing it. Only then are its calls filed; until then they pass through, counted.
   A confident template is frozen: its text and slots do not change, so its tables stay; a
@@ -67,7 +68,18 @@ its own. So this module aligns with gaps instead:
   ones are filed again under them: ``llmcache/_late.py``); so does, at the code site that made
   it, a prompt that differs from it in one name its text holds, wherever (Tommie's in "What is
   the relationship between Tommie and {entity}?", once Eve asks): one line of code builds one
-  template, so the name is a value.
+  template, so the name is a value. By the text alone only a name the text holds twice or more
+  is widened so, each place made a slot and the prompt holding one value in them all ("What
+  is the Tommie doing ...? The Tommie is", once the dog is observed): one value filled in
+  twice; a name held once stays fixed text, and the next agent's calls make a template of
+  their own;
+- **a seed joined stays a seed, once** (a *shadow*): a chain's two calls one after the other
+  share the value they are made from (LangChain's agent asks which entity an observation is
+  about, then what that entity is doing in the same observation), and as text the second
+  joins the first, the observation fixed text, the questions slots: a template never seen
+  again. The first prompt is kept as a seed, aligned only by a prompt that joins no other
+  template (a shadow shares a whole prompt's words and would rank above the template it
+  began), so the next call of the first kind still finds its first.
 
 Safety. A frozen template files a prompt only when the prompt is exactly its fixed text with
 each slot replaced by a value (each literal run found in order, leftmost; the first at the
@@ -87,6 +99,10 @@ instruction, not a value):
 - a slot never holds a labelled line's label the other text does not hold there ("Observation:"
   where the other tells of a person), and a label at a line's start is never a slot ("Event:"
   against "Conversation:");
+- by the text alone, two frozen templates whose ends differ are never made one
+  (``_supersede``) but where each gives up a name alone (the agent's, at the start of one
+  agent's prompts): an entity question and an action question alike but for a few words are
+  two templates, though their fixed text differs less than ``KEEP_SHARE``;
 - a template being learned is given up when one of its slot values begins as another recent
   value of it does, for ``RUN_WORDS``, and differs further on, or is a long value seen before
   that the latest prompt did not hold (``_recurs``): a swallowed instruction comes back;
@@ -113,8 +129,9 @@ answer (``PromptTemplate(keyword_slots=...)``).
 Memory is bounded: at most ``max_templates`` frozen templates and ``max_learning`` being
 learned (the least recently used evicted, each pool apart, so that a stream of one-off prompts
 never evicts a template in use), each holding only its fixed text (prompts over
-``max_prompt_chars`` pass through): at most ``(max_templates + max_learning) *
-max_prompt_chars`` characters of text; a template being learned also keeps the first
+``max_prompt_chars`` pass through), and the latest ``RECENT_SEEDS`` shadows: at most
+``(max_templates + max_learning + RECENT_SEEDS) * max_prompt_chars`` characters of text; a
+template being learned also keeps the first
 ``RUN_WORDS`` words and marks of its recent prompts' long slot values (at most
 ``RECENT_VALUES * confident_calls`` prompts'), and the learner the model's latest
 ``RECENT_ANSWERS`` long answers (each at most ``max_prompt_chars``). ``benchmarks/bench_learn.py``
@@ -1074,6 +1091,10 @@ class TemplateLearner:
     ``llmcache/_learned_file.py``), so that the next run files their calls from its first.
     """
 
+    #: The seeds kept after another prompt joined them (the module documentation's
+    #: shadows): the latest, at most this many, apart from ``max_learning``.
+    max_shadows: int = RECENT_SEEDS
+
     def __init__(
         self,
         *,
@@ -1098,6 +1119,9 @@ class TemplateLearner:
         self._frozen_at = _Signatures()
         self._learning_at = _Signatures()
         self._seeds: deque[int] = deque(maxlen=RECENT_SEEDS)
+        # Seeds another prompt joined, kept as seeds once (``_learn``): the latest
+        # ``RECENT_SEEDS``, apart from the templates being learned (never evicting one).
+        self._shadows: OrderedDict[int, _Template] = OrderedDict()
         # The model's recent long answers (``heard``): quoted by a prompt, a value.
         self._answers: deque[str] = deque(maxlen=RECENT_ANSWERS)
         self._next = 0
@@ -1174,10 +1198,10 @@ class TemplateLearner:
             ]
 
     def held(self) -> int:
-        """Templates held: learned and being learned (at most ``max_templates +
-        max_learning``)."""
+        """Templates held: learned, being learned and shadows (at most ``max_templates +
+        max_learning + max_shadows``)."""
         with self._lock:
-            return len(self._frozen) + len(self._learning)
+            return len(self._frozen) + len(self._learning) + len(self._shadows)
 
     def export(self, folder: str | os.PathLike[str]) -> list[Path]:
         """Write each learned template as a prompt file ``<name>.txt`` in ``folder`` (made if
@@ -1303,8 +1327,11 @@ class TemplateLearner:
             merged = _merge(template.elements, read.tokens, read.aligner.blocks(template.elements))
             # At its own code site, the words given up may be one name (a capitalised word)
             # the template's text holds, however often (an entity's, in the question and in its
-            # answer's lead): a value.
-            named = own and template.site == site and _one_name(template.bag - merged.bag)
+            # answer's lead): a value. By the text alone, a name the text holds twice or more,
+            # each place (and only those) a slot now: one value filled in twice.
+            given = template.bag - merged.bag if template.site == site else Counter()
+            places = None if own else _each_place(template.elements, given, merged.elements)
+            named = _one_name(given) and (own or places is not None)
             if (
                 merged.apart(read.system)
                 or (1 if named else template.bag.total() - merged.kept) >= VALUE_BREAK
@@ -1328,6 +1355,8 @@ class TemplateLearner:
             values = frozen.parse(read.text) if frozen is not None else None
             if frozen is None or values is None:
                 continue
+            if places is not None and len({list(values.values())[k] for k in places}) != 1:
+                continue  # by the text alone, one value in each of the name's places
             self._dropped.add(_saved_tokens(template.elements))
             frozen.filed = template.frozen.filed if template.frozen is not None else 0
             self._frozen_at.discard(key, template)
@@ -1399,6 +1428,21 @@ class TemplateLearner:
             self._seeds.append(self._add(_Template(list(tokens), bag, site=site)))
             return
         key, merged = max(joined, key=lambda j: j[1].kept)
+        if key in self._shadows:
+            # A shadow joined is a seed again, being learned (under a key of its own).
+            key = self._add(self._shadows.pop(key))
+        elif self._learning[key].calls == 1 and merged.elements != self._learning[key].elements:
+            # A seed joined is also kept as a seed, once (a shadow): two calls a chain makes
+            # one after the other from one value (an entity question, then an action question
+            # about the same observation) share that value and, as text, look like one
+            # template's two calls; the next call of the first kind then still finds its first.
+            seed = self._learning[key]
+            self._shadows[self._next] = _Template(
+                list(seed.elements), seed.bag, keys=seed.keys, site=seed.site
+            )
+            self._next += 1
+            while len(self._shadows) > self.max_shadows:
+                self._shadows.popitem(last=False)
         template = self._learning[key]
         self._learning.move_to_end(key)
         template.calls += 1
@@ -1431,55 +1475,43 @@ class TemplateLearner:
         self, candidates: list[int], read: _Prompt, site: str | None
     ) -> list[tuple[int, _Merged]]:
         """The templates being learned that this prompt may join (its code site's), each with
-        their merge."""
-        tokens, bag, heads, tails = read.tokens, read.bag, read.heads, read.tails
-        words = bag.total()
-        # The words a prompt and a template both hold bound what an alignment can keep: most
-        # candidates end there; of the rest, the few sharing most are aligned (a bounded cost
-        # for a prompt of no template, whatever the templates held).
-        hopeful: list[tuple[int, int, int]] = []
-        for key in dict.fromkeys([*candidates, *reversed(self._seeds)]):
-            template = self._learning.get(key)
-            if template is None or template.site != site:
-                continue
-            fixed = template.bag.total()
-            # A template without a slot has seen one prompt (perhaps again and again): its
-            # words are that prompt's, slot values included.
-            seed = _GAP not in template.elements
-            need = SHARE * max(fixed, words) if seed else KEEP_SHARE * fixed
-            need = max(need, SHARE * words, MIN_WORDS)
-            # A prompt that begins and ends as a template found in two prompts does (its ends
-            # are fixed text, not a first prompt's values) may hold more in its slots than the
-            # template holds fixed: a question around a long list of memories.
-            head, tail = template.keys
-            if not seed and head in heads and tail in tails:
-                need = min(need, max(KEEP_SHARE * fixed, ANCHORED_WORDS))
-            # Each word one holds and the other lacks is a word fewer they can share: a bound
-            # from the words both hold, each counted once (cheap), before they are counted.
-            common = template.bag.keys() & bag.keys()
-            both = len(common)
-            most = min(fixed - (len(template.bag) - both), words - (len(bag) - both))
-            if most < need:
-                continue
-            shared = _shared(bag, template.bag, common)
-            if shared >= need:
-                # Ranked by what it keeps less what it would give up: a template of the same
-                # agent's other prompt shares its persona, but gives up its instructions.
-                hopeful.append((2 * shared - fixed, key, math.ceil(need)))
-        hopeful.sort(reverse=True)
+        their merge; or, when it joins none, the shadows it joins."""
+        lasting = [(k, self._learning.get(k)) for k in dict.fromkeys([*candidates, *self._seeds])]
         joined: list[tuple[int, _Merged]] = []
-        for _, key, need in hopeful[:MAX_ALIGNED]:
-            template = self._learning[key]
-            blocks = read.aligner.blocks(template.elements)
-            if _block_words(template.elements, blocks) < need:
-                continue  # it could not keep enough: the costly rest of the merge is spared
-            merged = _merge(template.elements, tokens, blocks)
-            if merged.kept < need or merged.apart(read.system):
-                continue
-            if merged.kept < SHARE * words and _keys(merged.elements) != template.keys:
-                continue  # joined by its ends alone, the ends must stay fixed
-            joined.append((key, merged))
+        # A shadow (a seed another prompt joined, ``_learn``) is aligned only when no other
+        # template joins: it shares a whole prompt's words, and would rank above the template
+        # it began.
+        for pool in (lasting, list(self._shadows.items())):
+            hopeful: list[tuple[int, int, int]] = []
+            for key, template in pool:
+                if template is not None and template.site == site:
+                    found = _hope(template, read)
+                    if found is not None:
+                        hopeful.append((found[0], key, found[1]))
+            # The few that keep most are aligned (a bounded cost for a prompt of no template,
+            # whatever the templates held).
+            hopeful.sort(reverse=True)
+            for _, key, need in hopeful[:MAX_ALIGNED]:
+                merged = self._joins(self._learning.get(key) or self._shadows[key], read, need)
+                if merged is not None:
+                    joined.append((key, merged))
+            if joined:
+                break
         return joined
+
+    @staticmethod
+    def _joins(template: _Template, read: _Prompt, need: int) -> _Merged | None:
+        """The merge of a template being learned and a prompt, when the prompt joins it
+        (keeps ``need`` words of it, and the rules of the module documentation)."""
+        blocks = read.aligner.blocks(template.elements)
+        if _block_words(template.elements, blocks) < need:
+            return None  # it could not keep enough: the costly rest of the merge is spared
+        merged = _merge(template.elements, read.tokens, blocks)
+        if merged.kept < need or merged.apart(read.system):
+            return None
+        if merged.kept < SHARE * read.bag.total() and _keys(merged.elements) != template.keys:
+            return None  # joined by its ends alone, the ends must stay fixed
+        return merged
 
     def _add(self, template: _Template) -> int:
         key = self._next
@@ -1547,6 +1579,14 @@ class TemplateLearner:
                 continue
             if _merge(template.elements, old.elements).lost >= RUN_WORDS:
                 continue  # the other way round, one would give up an instruction
+            if (
+                not names_code(template.site)
+                and _keys(merged.elements) != template.keys
+                and not (_a_name(template.bag - merged.bag) and _a_name(old.bag - merged.bag))
+            ):
+                # By the text alone, two templates whose ends differ but by a name are two (an
+                # entity question, and an action question about the same observation).
+                continue
             del self._frozen[other]
             self._frozen_at.discard(other, old)
             self._dropped.add(_saved_tokens(old.elements))
@@ -1558,6 +1598,68 @@ class TemplateLearner:
     @staticmethod
     def _name(digest: str) -> str:
         return f"learned_{digest[:10]}"
+
+
+def _each_place(
+    elements: list[_Element], given: Counter[str], merged: list[_Element]
+) -> list[int] | None:
+    """Whether ``merged`` is ``elements`` with each place of the one word ``given`` (held
+    twice or more) made a slot, nothing else changed: the slots (their order in ``merged``)
+    that hold the word alone, at least two, else ``None``. (A place beside a slot joins it:
+    the word was a chance part of that value.)"""
+    if len(given) != 1:
+        return None
+    ((word, times),) = given.items()
+    if times < 2 or elements.count(word) != times:
+        return None
+    slots: list[bool] = []  # per slot of the merge: whether it holds the word alone
+    fused: list[_Element] = []
+    for e in elements:
+        if e is _GAP or e == word:
+            if fused and fused[-1] is _GAP:
+                slots[-1] = False
+                continue
+            slots.append(e == word)
+            fused.append(_GAP)
+        else:
+            fused.append(e)
+    if fused != merged:
+        return None  # other text changed too
+    alone = [k for k, held in enumerate(slots) if held]
+    return alone if len(alone) >= 2 else None
+
+
+def _hope(template: _Template, read: _Prompt) -> tuple[int, int] | None:
+    """Whether a prompt may join a template being learned, by the words both hold (cheap,
+    before any alignment): its rank (what it would keep less what it would give up: a
+    template of the same agent's other prompt shares its persona, but gives up its
+    instructions) and the words a join must keep; ``None`` when it cannot keep enough."""
+    bag, words = read.bag, read.bag.total()
+    fixed = template.bag.total()
+    # A template without a slot has seen one prompt (perhaps again and again): its words are
+    # that prompt's, slot values included.
+    seed = _GAP not in template.elements
+    need = SHARE * max(fixed, words) if seed else KEEP_SHARE * fixed
+    need = max(need, SHARE * words, MIN_WORDS)
+    # A prompt that begins and ends as a template found in two prompts does (its ends are
+    # fixed text, not a first prompt's values) may hold more in its slots than the template
+    # holds fixed: a question around a long list of memories.
+    head, tail = template.keys
+    if not seed and head in read.heads and tail in read.tails:
+        need = min(need, max(KEEP_SHARE * fixed, ANCHORED_WORDS))
+    # Each word one holds and the other lacks is a word fewer they can share: a bound from the
+    # words both hold, each counted once (cheap), before they are counted.
+    common = template.bag.keys() & bag.keys()
+    both = len(common)
+    if min(fixed - (len(template.bag) - both), words - (len(bag) - both)) < need:
+        return None
+    shared = _shared(bag, template.bag, common)
+    return (2 * shared - fixed, math.ceil(need)) if shared >= need else None
+
+
+def _a_name(words: Counter[str]) -> bool:
+    """Whether the words are a name's: one to three words, each capitalised ("Ada Lee")."""
+    return 0 < len(words) <= 3 and all(w[:1].isupper() for w in words)
 
 
 def _one_name(words: Counter[str]) -> bool:
