@@ -327,6 +327,11 @@ def _item(line: list[str]) -> str | None:
     return None
 
 
+def _colon_ends(line: list[str]) -> bool:
+    """Whether a line's last word or mark is a colon."""
+    return next((t for t in reversed(line) if not t.isspace()), None) == ":"
+
+
 def _listed(tokens: list[str], *texts: str) -> list[str]:
     """``tokens`` with each list made one ``_Whole`` token:
 
@@ -344,18 +349,16 @@ def _listed(tokens: list[str], *texts: str) -> list[str]:
         return tokens
     lines: list[tuple[int, int]] = []  # each line's tokens: [start, end), its break excluded
     start = 0
-    for k, t in enumerate(tokens):
-        if _breaks(t):
-            lines.append((start, k))
-            start = k + 1
+    for end in compress(count(), map(_breaks, tokens)):
+        lines.append((start, end))
+        start = end + 1
     lines.append((start, len(tokens)))
     spans: list[tuple[int, int]] = []
     k = 0
     while k < len(lines):
         line = tokens[slice(*lines[k])]
-        before = [t for t in tokens[slice(*lines[k - 1])] if not t.isspace()] if k else []
         mark = _item(line)
-        if before and before[-1] == ":" and mark is not None:
+        if mark is not None and k and _colon_ends(tokens[slice(*lines[k - 1])]):
             last = k
             while last + 1 < len(lines) and _item(tokens[slice(*lines[last + 1])]) == mark:
                 last += 1
