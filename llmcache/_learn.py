@@ -68,11 +68,13 @@ its own. So this module aligns with gaps instead:
   ones are filed again under them: ``llmcache/_late.py``); so does, at the code site that made
   it, a prompt that differs from it in one name its text holds, wherever (Tommie's in "What is
   the relationship between Tommie and {entity}?", once Eve asks): one line of code builds one
-  template, so the name is a value. By the text alone only a name the text holds twice or more
-  is widened so, each place made a slot and the prompt holding one value in them all ("What
-  is the Tommie doing ...? The Tommie is", once the dog is observed): one value filled in
-  twice; a name held once stays fixed text, and the next agent's calls make a template of
-  their own;
+  template, so the name is a value. By the text alone a name the text holds twice or more
+  is widened so where the prompt holds one value in each of its places ("What is the Tommie
+  doing ...? The Tommie is", once the dog is observed: one value filled in twice), and a name
+  held once where the prompt holds another name there (one to three capitalised words: Eve's
+  for Tommie's), never a lower-case value (an instruction's word, perhaps). Two templates
+  alike but for such a word may then be one, the word a slot of few values, each recurring:
+  it must match exactly, so neither is served the other's answer (the slot roles below);
 - **a seed joined stays a seed, once** (a *shadow*): a chain's two calls one after the other
   share the value they are made from (LangChain's agent asks which entity an observation is
   about, then what that entity is doing in the same observation), and as text the second
@@ -479,9 +481,9 @@ class _Matcher(Protocol):
     """``difflib.SequenceMatcher``'s part the learner uses (``cydifflib``'s, compiled, gives
     the same blocks: its tests compare the two)."""
 
-    def set_seq1(self, a: list[_Element]) -> None: ...
+    def set_seq1(self, a: Sequence[_Element]) -> None: ...
 
-    def get_matching_blocks(self) -> list[tuple[int, int, int]]: ...
+    def get_matching_blocks(self) -> Sequence[tuple[int, int, int]]: ...
 
 
 class _Aligner:
@@ -1311,8 +1313,10 @@ class TemplateLearner:
         (``names_code``): "the relationship between Tommie and {entity}" where the next
         agent's prompt names Eve, "What is the Tommie doing ...? The Tommie is" where the next
         observation is of a dog. One line of code builds one template, so the name its prompts
-        differ in is a value; by the text alone (the proxy), or for other words, two
-        templates alike but for a word or two could be one."""
+        differ in is a value. By the text alone (the proxy), where two templates alike but for
+        a word could be one, only a name the prompt fills in as one value in each of its places
+        (twice or more), or replaces by another name (held once): ``_each_place``. Other words
+        are never widened."""
         present = read.bag
         # Only a template all but a few of whose words the prompt holds can be widened to it:
         # counting the words it lacks rules the rest out before any alignment (a bounded cost;
@@ -1358,8 +1362,13 @@ class TemplateLearner:
             values = frozen.parse(read.text) if frozen is not None else None
             if frozen is None or values is None:
                 continue
-            if places is not None and len({list(values.values())[k] for k in places}) != 1:
-                continue  # by the text alone, one value in each of the name's places
+            if places is not None:
+                # By the text alone: one value in each of the name's places, and a name's
+                # (a name held once is another name's place: "between Tommie and", "between
+                # Eve and"; a lower-case word there may be an instruction's).
+                held = {list(values.values())[k] for k in places}
+                if len(held) != 1 or (len(places) == 1 and not _name_like(held.pop())):
+                    continue
             self._dropped.add(_saved_tokens(template.elements))
             frozen.filed = template.frozen.filed if template.frozen is not None else 0
             self._frozen_at.discard(key, template)
@@ -1606,14 +1615,14 @@ class TemplateLearner:
 def _each_place(
     elements: list[_Element], given: Counter[str], merged: list[_Element]
 ) -> list[int] | None:
-    """Whether ``merged`` is ``elements`` with each place of the one word ``given`` (held
-    twice or more) made a slot, nothing else changed: the slots (their order in ``merged``)
-    that hold the word alone, at least two, else ``None``. (A place beside a slot joins it:
-    the word was a chance part of that value.)"""
+    """Whether ``merged`` is ``elements`` with each place of the one word ``given`` made a
+    slot, nothing else changed: the slots (their order in ``merged``) that hold the word
+    alone (at least two, of a word held twice or more), else ``None``. (A place beside a slot
+    joins it: the word was a chance part of that value.)"""
     if len(given) != 1:
         return None
     ((word, times),) = given.items()
-    if times < 2 or elements.count(word) != times:
+    if elements.count(word) != times:
         return None
     slots: list[bool] = []  # per slot of the merge: whether it holds the word alone
     fused: list[_Element] = []
@@ -1629,7 +1638,7 @@ def _each_place(
     if fused != merged:
         return None  # other text changed too
     alone = [k for k, held in enumerate(slots) if held]
-    return alone if len(alone) >= 2 else None
+    return alone if len(alone) >= min(times, 2) else None
 
 
 def _hope(template: _Template, read: _Prompt) -> tuple[int, int] | None:
@@ -1658,6 +1667,13 @@ def _hope(template: _Template, read: _Prompt) -> tuple[int, int] | None:
         return None
     shared = _shared(bag, template.bag, common)
     return (2 * shared - fixed, math.ceil(need)) if shared >= need else None
+
+
+def _name_like(value: str) -> bool:
+    """Whether a slot's value is a name: one to three words, each capitalised ("Eve",
+    "Person A"), and nothing else."""
+    words = value.split(" ")
+    return 0 < len(words) <= 3 and all(w[:1].isupper() and w.isalnum() for w in words)
 
 
 def _a_name(words: Counter[str]) -> bool:

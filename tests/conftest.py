@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from pg_support import PgBackends, pg_backends, pg_dsn  # noqa: F401  (fixtures used by tests)
 
+from llmcache import CachedLLM, SemanticCache
 from llmcache._protocols import CacheBackend
+from llmcache.testing import FakeOpenAI, HashEmbedder
 
 BackendFactory = Callable[[], CacheBackend]
 
@@ -38,3 +40,18 @@ def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bac
     yield factory
     for backend in made:
         backend.close()
+
+
+@pytest.fixture
+def echo_learner(tmp_path: Path) -> Iterator[tuple[CachedLLM, FakeOpenAI]]:
+    """A ``CachedLLM`` that learns templates from the traffic, over a model double that
+    answers "ANSWER " and the prompt (so a served answer says which prompt paid for it),
+    with the double to count its calls."""
+    fake = FakeOpenAI(lambda request: "ANSWER " + str(request["messages"][-1]["content"]))
+    client = CachedLLM(
+        fake,
+        cache=SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64)),
+        learn_templates=True,
+    )
+    yield client, fake
+    client.close()

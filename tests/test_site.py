@@ -119,18 +119,14 @@ def test_two_templates_of_a_chain_that_share_their_values_are_learned_apart_by_s
 
 
 def test_from_one_site_the_two_questions_share_a_table_but_never_an_answer(
-    tmp_path: Path,
+    echo_learner: tuple[CachedLLM, FakeOpenAI],
 ) -> None:
-    """Text alone joins the two questions into one template, the question words a slot. In
-    the table the two share, that slot has few values, each recurring: it says which call it
-    is and must match exactly (llmcache/_slots.py), so an entity question is never served an
-    action question's answer, however alike their observations."""
-    fake = FakeOpenAI(lambda request: "ANSWER " + str(request["messages"][-1]["content"]))
-    client = CachedLLM(
-        fake,
-        cache=SemanticCache(tmp_path / "c", embedder=HashEmbedder(dim=64)),
-        learn_templates=True,
-    )
+    """From one code site (this test's line asks both) the two questions are one template,
+    the question words a slot. In the table the two share, that slot has few values, each
+    recurring: it says which call it is and must match exactly (llmcache/_slots.py), so an
+    entity question is never served an action question's answer, however alike their
+    observations."""
+    client, fake = echo_learner
     rng = random.Random(7)
     served = 0
     for _ in range(2):  # the second round repeats the first's questions: hits
@@ -151,7 +147,6 @@ def test_from_one_site_the_two_questions_share_a_table_but_never_an_answer(
                         text,
                     )
     assert served > 0
-    client.close()
 
 
 def test_a_template_learned_at_a_site_says_where() -> None:
