@@ -154,7 +154,7 @@ import os
 import re
 import threading
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count
 from pathlib import Path
@@ -1038,6 +1038,19 @@ class _Signatures:
                     del index[sig]
         self.others.discard(key)
 
+    def found(
+        self, heads: Sequence[tuple[str, ...]], tails: Sequence[tuple[str, ...]], *, loose: bool
+    ) -> set[int]:
+        """The templates beginning with one of ``heads`` or ending with one of ``tails``
+        (``loose``: of those, only the ones that begin with a slot), and those found by
+        neither."""
+        found = set(self.others)
+        for key in heads:
+            found.update(self.heads.get(key, ()))
+        for key in tails:
+            found.update((self.loose if loose else self.tails).get(key, ()))
+        return found
+
 
 @dataclass
 class _Frozen:
@@ -1338,7 +1351,7 @@ class TemplateLearner:
             # each place (and only those) a slot now: one value filled in twice.
             given = template.bag - merged.bag if template.site == site else Counter()
             places = None if own else _each_place(template.elements, given, merged.elements)
-            named = _one_name(given) and (own or places is not None)
+            named = len(given) == 1 and _a_name(given) and (own or places is not None)
             if (
                 merged.apart(read.system)
                 or (1 if named else template.bag.total() - merged.kept) >= VALUE_BREAK
@@ -1367,7 +1380,7 @@ class TemplateLearner:
                 # (a name held once is another name's place: "between Tommie and", "between
                 # Eve and"; a lower-case word there may be an instruction's).
                 held = {list(values.values())[k] for k in places}
-                if len(held) != 1 or (len(places) == 1 and not _name_like(held.pop())):
+                if len(held) != 1 or (len(places) == 1 and not _a_name(held.pop().split(" "))):
                     continue
             self._dropped.add(_saved_tokens(template.elements))
             frozen.filed = template.frozen.filed if template.frozen is not None else 0
@@ -1388,25 +1401,13 @@ class TemplateLearner:
     def _candidates(self, heads: list[tuple[str, ...]], tails: list[tuple[str, ...]]) -> list[int]:
         """The templates being learned a prompt may join: those beginning or ending as it does
         (and those found by neither)."""
-        index = self._learning_at
-        found: set[int] = set(index.others)
-        for key in heads:
-            found.update(index.heads.get(key, ()))
-        for key in tails:
-            found.update(index.tails.get(key, ()))
-        return sorted(found)
+        return sorted(self._learning_at.found(heads, tails, loose=False))
 
     def _fitting(self, heads: list[tuple[str, ...]], tails: list[tuple[str, ...]]) -> list[int]:
         """The frozen templates a prompt may fit: those beginning as it does, and of those
         that begin with a slot, those ending as it does (a frozen template's fixed beginning
         must begin the prompt, so one indexed by another beginning cannot fit)."""
-        index = self._frozen_at
-        found: set[int] = set(index.others)
-        for key in heads:
-            found.update(index.heads.get(key, ()))
-        for key in tails:
-            found.update(index.loose.get(key, ()))
-        return sorted(found)
+        return sorted(self._frozen_at.found(heads, tails, loose=True))
 
     def _fit(
         self, candidates: list[int], read: _Prompt
@@ -1440,22 +1441,21 @@ class TemplateLearner:
             self._seeds.append(self._add(_Template(list(tokens), bag, site=site)))
             return
         key, merged = max(joined, key=lambda j: j[1].kept)
-        if key in self._shadows:
-            # A shadow joined is a seed again, being learned (under a key of its own).
-            key = self._add(self._shadows.pop(key))
-        elif self._learning[key].calls == 1 and merged.elements != self._learning[key].elements:
+        shadow = self._shadows.pop(key, None)
+        if shadow is not None:
+            key = self._add(shadow)  # a shadow joined is a seed again, being learned
+        template = self._learning[key]
+        if shadow is None and template.calls == 1 and merged.elements != template.elements:
             # A seed joined is also kept as a seed, once (a shadow): two calls a chain makes
             # one after the other from one value (an entity question, then an action question
             # about the same observation) share that value and, as text, look like one
             # template's two calls; the next call of the first kind then still finds its first.
-            seed = self._learning[key]
             self._shadows[self._next] = _Template(
-                list(seed.elements), seed.bag, keys=seed.keys, site=seed.site
+                list(template.elements), template.bag, keys=template.keys, site=template.site
             )
             self._next += 1
             while len(self._shadows) > self.max_shadows:
                 self._shadows.popitem(last=False)
-        template = self._learning[key]
         self._learning.move_to_end(key)
         template.calls += 1
         if merged.elements == template.elements:
@@ -1494,17 +1494,17 @@ class TemplateLearner:
         # template joins: it shares a whole prompt's words, and would rank above the template
         # it began.
         for pool in (lasting, list(self._shadows.items())):
-            hopeful: list[tuple[int, int, int]] = []
+            hopeful: list[tuple[int, int, int, _Template]] = []
             for key, template in pool:
                 if template is not None and template.site == site:
                     found = _hope(template, read)
                     if found is not None:
-                        hopeful.append((found[0], key, found[1]))
+                        hopeful.append((found[0], key, found[1], template))
             # The few that keep most are aligned (a bounded cost for a prompt of no template,
             # whatever the templates held).
-            hopeful.sort(reverse=True)
-            for _, key, need in hopeful[:MAX_ALIGNED]:
-                merged = self._joins(self._learning.get(key) or self._shadows[key], read, need)
+            hopeful.sort(key=lambda h: h[:3], reverse=True)
+            for _, key, need, template in hopeful[:MAX_ALIGNED]:
+                merged = self._joins(template, read, need)
                 if merged is not None:
                     joined.append((key, merged))
             if joined:
@@ -1570,10 +1570,7 @@ class TemplateLearner:
         burst froze a template with its name as fixed text, and the next agent's calls made
         another; together they are one template whose name slot partitions its table."""
         head, tail = _keys(template.elements)
-        near = set(self._frozen_at.others)
-        for index, sig in ((self._frozen_at.heads, head), (self._frozen_at.tails, tail)):
-            if sig is not None:
-                near.update(index.get(sig, ()))
+        near = self._frozen_at.found([head] if head else [], [tail] if tail else [], loose=False)
         # The few that share most words with it (a bounded cost, as in _learn).
         frozen = [
             (self._frozen[k], k)
@@ -1669,21 +1666,10 @@ def _hope(template: _Template, read: _Prompt) -> tuple[int, int] | None:
     return (2 * shared - fixed, math.ceil(need)) if shared >= need else None
 
 
-def _name_like(value: str) -> bool:
-    """Whether a slot's value is a name: one to three words, each capitalised ("Eve",
-    "Person A"), and nothing else."""
-    words = value.split(" ")
+def _a_name(words: Collection[str]) -> bool:
+    """Whether the words (distinct) are a name's: one to three, each a capitalised word
+    ("Eve", "Ada Lee", "Person A")."""
     return 0 < len(words) <= 3 and all(w[:1].isupper() and w.isalnum() for w in words)
-
-
-def _a_name(words: Counter[str]) -> bool:
-    """Whether the words are a name's: one to three words, each capitalised ("Ada Lee")."""
-    return 0 < len(words) <= 3 and all(w[:1].isupper() for w in words)
-
-
-def _one_name(words: Counter[str]) -> bool:
-    """Whether the words are one word, a name's (it begins with a capital letter)."""
-    return len(words) == 1 and all(w[:1].isupper() for w in words)
 
 
 def _frozen(elements: list[_Element], *, name_of: Callable[[str], str]) -> _Frozen | None:
